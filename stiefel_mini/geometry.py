@@ -1,0 +1,295 @@
+"""Geometry of the Stiefel manifold St(n, p) = {W in R^{n x p} : W^T W = I_p}.
+
+Every function is pure and batched: it takes tensors of shape ``(..., r, c)`` and treats the
+leading dimensions as independent frames (for example one frame per attention head).
+
+Orientation rule, used everywhere in ``stiefel_mini``: a frame of shape ``(..., r, c)`` has
+orthonormal *columns* if ``r >= c`` and orthonormal *rows* otherwise. A wide frame is handled as
+the transpose of a tall one, so an ``nn.Linear`` weight of shape ``(out, in)`` with ``out < in``
+can be a frame as it is. Below, formulas are written for the tall case ``W`` of shape ``(n, p)``,
+``n >= p``.
+
+References:
+    Edelman, Arias, Smith (1998), "The geometry of algorithms with orthogonality constraints".
+    Absil, Mahony, Sepulchre (2008), "Optimization Algorithms on Matrix Manifolds", ch. 3-4.
+    Wen, Yin (2013), "A feasible method for optimization with orthogonality constraints".
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "sym",
+    "skew",
+    "project_tangent",
+    "canonical_gradient",
+    "normal_component",
+    "tangent_error",
+    "polar_retraction",
+    "qr_retraction",
+    "cayley_retraction",
+    "exp_retraction",
+    "RETRACTIONS",
+    "retract",
+    "project",
+    "random_stiefel",
+    "orthogonality_error",
+    "is_wide",
+]
+
+
+def is_wide(W: Tensor) -> bool:
+    """Whether a frame of shape ``(..., r, c)`` is stored wide (``r < c``, orthonormal rows)."""
+    if W.dim() < 2:
+        raise ValueError(
+            f"a frame needs at least 2 dimensions (..., r, c); got shape {tuple(W.shape)}"
+        )
+    return W.shape[-2] < W.shape[-1]
+
+
+def _tall(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Run ``fn`` on tall views of every tensor argument and give the result back in the caller's
+    orientation. The orientation is read off the first argument, the frame."""
+
+    @functools.wraps(fn)
+    def wrapper(W: Tensor, *args: Tensor, **kwargs) -> Tensor:
+        if not is_wide(W):
+            return fn(W, *args, **kwargs)
+        args = tuple(a.mT if isinstance(a, Tensor) else a for a in args)
+        return fn(W.mT, *args, **kwargs).mT
+
+    return wrapper
+
+
+def sym(A: Tensor) -> Tensor:
+    """Symmetric part ``sym(A) = (A + A^T) / 2`` of square matrices ``(..., k, k)``."""
+    return 0.5 * (A + A.mT)
+
+
+def skew(A: Tensor) -> Tensor:
+    """Skew-symmetric part ``skew(A) = (A - A^T) / 2`` of square matrices ``(..., k, k)``."""
+    return 0.5 * (A - A.mT)
+
+
+@_tall
+def project_tangent(W: Tensor, G: Tensor) -> Tensor:
+    """Orthogonal projection onto the tangent space at W for the embedded (Euclidean) metric.
+
+    ``P_W(G) = G - W sym(W^T G)``.  The tangent space is ``{V : W^T V + V^T W = 0}``; the removed
+    part ``W sym(W^T G)`` lies in the normal space ``{W S : S = S^T}``. Applied to a Euclidean
+    gradient it gives the Riemannian gradient for the metric ``<U, V> = tr(U^T V)``.
+
+    Shapes: W, G ``(..., n, p)`` -> ``(..., n, p)``.
+    Reference: Edelman et al. (1998), eq. (2.3); Absil et al. (2008), eq. (3.35).
+    """
+    return G - W @ sym(W.mT @ G)
+
+
+@_tall
+def canonical_gradient(W: Tensor, G: Tensor) -> Tensor:
+    """Riemannian gradient for the canonical metric of St(n, p).
+
+    ``grad_c f(W) = G - W G^T W``, with ``G`` the Euclidean gradient. The canonical metric
+    ``<U, V>_W = tr(U^T (I - W W^T / 2) V)`` weighs the ``W``-component of a tangent vector by 1/2.
+
+    Shapes: W, G ``(..., n, p)`` -> ``(..., n, p)``.
+    Reference: Edelman et al. (1998), eq. (2.53).
+    """
+    return G - W @ (G.mT @ W)
+
+
+@_tall
+def normal_component(W: Tensor, G: Tensor) -> Tensor:
+    """Normal part of G at W, ``N_W(G) = W sym(W^T G)``, so that ``G = P_W(G) + N_W(G)``.
+
+    Shapes: W, G ``(..., n, p)`` -> ``(..., n, p)``.
+    Reference: Edelman et al. (1998), section 2.2.1.
+    """
+    return W @ sym(W.mT @ G)
+
+
+@_tall
+def _tangent_residual(W: Tensor, V: Tensor) -> Tensor:
+    return sym(W.mT @ V)
+
+
+def tangent_error(W: Tensor, V: Tensor) -> Tensor:
+    """How far V is from the tangent space at W: ``||sym(W^T V)||_F`` per frame.
+
+    Zero exactly when ``W^T V`` is skew-symmetric, i.e. V is tangent at W.
+
+    Shapes: W, V ``(..., n, p)`` -> ``(...)``.
+    """
+    return torch.linalg.matrix_norm(_tangent_residual(W, V))
+
+
+def _inv_sqrt_psd(S: Tensor) -> Tensor:
+    """``S^{-1/2}`` of symmetric positive definite ``(..., p, p)`` matrices via ``eigh``."""
+    evals, evecs = torch.linalg.eigh(S)
+    return (evecs * evals.rsqrt().unsqueeze(-2)) @ evecs.mT
+
+
+@_tall
+def polar_retraction(W: Tensor, V: Tensor) -> Tensor:
+    """Polar retraction: the closest frame to ``W + V`` in Frobenius norm.
+
+    ``R(W, V) = (W + V) ((W + V)^T (W + V))^{-1/2}``.  For tangent V and an exact frame W,
+    ``(W + V)^T (W + V) = I + V^T V``, so only a p x p symmetric eigenproblem is solved. The Gram
+    matrix is formed from ``W + V`` itself rather than assumed to be ``I + V^T V``, so the result
+    is orthonormal to working precision even when W has drifted slightly. Second order:
+    ``R(W, tV) = W + tV + O(t^2)`` with a second-order term normal to the manifold.
+
+    Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
+    Reference: Absil et al. (2008), example 4.1.3; Absil & Malick (2012), "Projection-like
+    retractions on matrix manifolds".
+    """
+    M = W + V
+    return M @ _inv_sqrt_psd(M.mT @ M)
+
+
+@_tall
+def qr_retraction(W: Tensor, V: Tensor) -> Tensor:
+    """QR retraction: the Q factor of ``W + V`` with the sign fixed so that ``diag(R) > 0``.
+
+    ``R(W, V) = qf(W + V)``.  First order: ``R(W, tV) = W + tV + O(t^2)``.
+
+    Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
+    Reference: Absil et al. (2008), example 4.1.3.
+    """
+    Q, R = torch.linalg.qr(W + V)
+    signs = torch.sign(torch.diagonal(R, dim1=-2, dim2=-1))
+    # sign(0) = 0 would zero a column; a zero diagonal only occurs for rank-deficient input.
+    signs = torch.where(signs == 0, torch.ones_like(signs), signs)
+    return Q * signs.unsqueeze(-2)
+
+
+@_tall
+def cayley_retraction(W: Tensor, V: Tensor) -> Tensor:
+    """Cayley retraction, solved in its low-rank form with a 2p x 2p system.
+
+    With ``U = V - W (W^T V) / 2`` the skew matrix ``A = U W^T - W U^T`` satisfies ``A W = V`` for
+    tangent V, and ``R(W, V) = (I - A/2)^{-1} (I + A/2) W``. Writing ``A = L Z^T`` with
+    ``L = [U, W]``, ``Z = [W, -U]`` (n x 2p), the Sherman-Morrison-Woodbury identity gives
+
+    ``R(W, V) = W + L (I_{2p} - Z^T L / 2)^{-1} Z^T W``,
+
+    so no n x n matrix is formed. Second order for tangent V.
+
+    Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
+    Reference: Wen & Yin (2013), lemma 4.1 and eq. (2.7).
+    """
+    p = W.shape[-1]
+    U = V - 0.5 * (W @ (W.mT @ V))
+    L = torch.cat([U, W], dim=-1)  # (..., n, 2p)
+    Z = torch.cat([W, -U], dim=-1)  # (..., n, 2p)
+    eye = torch.eye(2 * p, dtype=W.dtype, device=W.device)
+    return W + L @ torch.linalg.solve(eye - 0.5 * (Z.mT @ L), Z.mT @ W)
+
+
+@_tall
+def exp_retraction(W: Tensor, V: Tensor) -> Tensor:
+    """Riemannian exponential map of the embedded (Euclidean) metric.
+
+    With ``A = W^T V`` (skew for tangent V) and ``S = V^T V``,
+
+    ``Exp_W(V) = [W, V] expm([[A, -S], [I, A]]) [[expm(-A)], [0]]``,
+
+    which follows the geodesic from W with initial velocity V for unit time. Defined for tangent
+    V; a non-tangent V should be projected first.
+
+    Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
+    Reference: Edelman et al. (1998), eq. (2.45); Zimmermann (2017), eq. (10).
+    """
+    p = W.shape[-1]
+    A = W.mT @ V
+    S = V.mT @ V
+    eye = torch.eye(p, dtype=W.dtype, device=W.device).expand_as(A)
+    block = torch.cat([torch.cat([A, -S], dim=-1), torch.cat([eye, A], dim=-1)], dim=-2)  # (..., 2p, 2p)
+    E = torch.linalg.matrix_exp(block)[..., :, :p] @ torch.linalg.matrix_exp(-A)  # (..., 2p, p)
+    return torch.cat([W, V], dim=-1) @ E
+
+
+RETRACTIONS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "polar": polar_retraction,
+    "qr": qr_retraction,
+    "cayley": cayley_retraction,
+    "exp": exp_retraction,
+}
+
+
+def retract(W: Tensor, V: Tensor, method: str = "polar") -> Tensor:
+    """Move from frame W along tangent vector V and land back on the manifold.
+
+    ``method`` is one of ``RETRACTIONS``: ``"polar"`` (closest point), ``"qr"``, ``"cayley"``,
+    ``"exp"`` (geodesic). Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
+    """
+    try:
+        fn = RETRACTIONS[method]
+    except KeyError:
+        raise ValueError(
+            f"unknown retraction {method!r}; choose one of {sorted(RETRACTIONS)}"
+        ) from None
+    return fn(W, V)
+
+
+def project(A: Tensor, *, rtol: float | None = None) -> Tensor:
+    """Closest frame to a full-rank matrix: the orthogonal polar factor ``U V^T`` of ``A = U S V^T``.
+
+    ``project(A) = argmin_{W in St} ||W - A||_F = A (A^T A)^{-1/2}``.  Raises ``ValueError`` if some
+    matrix is (numerically) rank-deficient, because its closest frame is then not unique.
+
+    Shapes: ``(..., r, c)`` -> ``(..., r, c)``, orientation rule as everywhere.
+    Reference: Higham (2008), "Functions of Matrices", theorem 8.4.
+    """
+    if A.dim() < 2:
+        raise ValueError(f"project expects (..., r, c) matrices; got shape {tuple(A.shape)}")
+    U, s, Vh = torch.linalg.svd(A, full_matrices=False)
+    if rtol is None:
+        rtol = max(A.shape[-2:]) * torch.finfo(s.dtype).eps
+    smax = s.amax(dim=-1, keepdim=True)
+    if bool((s <= rtol * smax).any()) or bool((smax == 0).any()):
+        raise ValueError(
+            "project needs full-rank matrices: some matrix has a (numerically) zero singular "
+            "value, so its closest frame is not unique; perturb it or start from random_stiefel"
+        )
+    return U @ Vh
+
+
+def random_stiefel(
+    *shape: int,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """A Haar-distributed random frame of shape ``(..., r, c)``.
+
+    ``W = qf(X)`` for Gaussian X with the sign of ``diag(R)`` fixed, which makes the law
+    invariant under ``W -> Q W`` for every orthogonal Q.
+
+    Reference: Mezzadri (2007), "How to generate random matrices from the classical compact groups".
+    """
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+        shape = tuple(shape[0])
+    if len(shape) < 2:
+        raise ValueError(f"random_stiefel needs a shape (..., r, c); got {shape}")
+    r, c = shape[-2:]
+    tall = (*shape[:-2], max(r, c), min(r, c))
+    X = torch.randn(tall, generator=generator, dtype=dtype, device=device)
+    W = qr_retraction(torch.zeros_like(X), X)
+    return W.mT.contiguous() if r < c else W
+
+
+def orthogonality_error(W: Tensor) -> Tensor:
+    """Distance from the manifold: ``||W^T W - I||_F`` per frame (``||W W^T - I||_F`` if wide).
+
+    Shapes: ``(..., r, c)`` -> ``(...)``.
+    """
+    Wt = W.mT if is_wide(W) else W
+    gram = Wt.mT @ Wt
+    eye = torch.eye(gram.shape[-1], dtype=W.dtype, device=W.device)
+    return torch.linalg.matrix_norm(gram - eye)

@@ -1,0 +1,373 @@
+r"""StiefelAdam: Riemannian Adam for frames on the Stiefel manifold, AdamW for everything else."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import Tensor
+from torch.optim.adam import adam as _adam_functional
+
+from .geometry import RETRACTIONS, canonical_gradient, is_wide, project_tangent, retract
+
+__all__ = ["StiefelAdam", "SECOND_MOMENTS", "PROJECTORS"]
+
+SECOND_MOMENTS = ("frame", "column", "element")
+PROJECTORS = ("euclidean", "canonical", "none")
+
+
+def riemannian_gradient(W: Tensor, G: Tensor, projector: str) -> Tensor:
+    """The direction the frame update is built from: ``P_W(G)``, ``G - W G^T W`` or ``G`` itself.
+
+    Shapes: W, G ``(B, n, p)`` tall frames -> ``(B, n, p)``.
+    """
+    if projector == "euclidean":
+        return project_tangent(W, G)
+    if projector == "canonical":
+        return canonical_gradient(W, G)
+    return G
+
+
+def second_moment_sample(xi: Tensor, mode: str) -> Tensor:
+    r"""The quantity the second moment averages: ``n p * mean_S(xi * xi)`` over the sharing set S.
+
+    S is the whole frame (``"frame"``: ``||xi||_F^2``, one scalar), one column (``"column"``:
+    ``p ||xi_j||^2``) or one element (``"element"``: ``n p xi_ij^2``). The factor ``n p`` makes the
+    Adam direction ``m / sqrt(v)`` have Frobenius norm about 1 in every mode, so ``lr`` is the
+    Frobenius length of a step whichever mode is chosen.
+
+    Shapes: xi ``(B, n, p)`` -> ``(B, 1, 1)``, ``(B, 1, p)`` or ``(B, n, p)``.
+    """
+    n, p = xi.shape[-2:]
+    sq = xi * xi
+    if mode == "frame":
+        return sq.sum(dim=(-2, -1), keepdim=True)
+    if mode == "column":
+        return p * sq.sum(dim=-2, keepdim=True)
+    return (n * p) * sq
+
+
+def cap_step(step: Tensor, max_step: float | None) -> Tensor:
+    """Trust-region cap: rescale each frame's step so that ``||step||_F <= max_step``.
+
+    ``step <- step * min(1, max_step / ||step||_F)``.  Shapes: ``(B, n, p)`` -> ``(B, n, p)``.
+    """
+    if max_step is None:
+        return step
+    norm = torch.linalg.matrix_norm(step, keepdim=True)  # (B, 1, 1)
+    return step * (max_step / norm.clamp_min(max_step)).clamp(max=1.0)
+
+
+def _to_tall(t: Tensor, wide: bool) -> Tensor:
+    """View a per-parameter tensor ``(..., r, c)`` as a batch in tall layout ``(B, max, min)``."""
+    t = t.mT if wide else t
+    return t.reshape(-1, *t.shape[-2:])
+
+
+def _from_tall(t: Tensor, shape: torch.Size, wide: bool) -> Tensor:
+    """Inverse of :func:`_to_tall`: a batch ``(B, a, b)`` back to the parameter layout ``shape``."""
+    return (t.mT if wide else t).reshape(shape)
+
+
+class StiefelAdam(torch.optim.Optimizer):
+    r"""Adam on the Stiefel manifold for frame groups, ``torch.optim.AdamW`` for all other groups.
+
+    A param group with ``stiefel=True`` holds frames: tensors ``(..., r, c)`` whose leading
+    dimensions index independent frames, each with orthonormal columns if ``r >= c`` and
+    orthonormal rows otherwise (so an ``nn.Linear`` weight can be a frame as it is). Every other
+    group is updated exactly as ``torch.optim.AdamW`` would with the same hyperparameters, so one
+    optimizer trains a whole model.
+
+    For a frame ``W`` (written tall, ``n x p``) with Euclidean gradient ``G`` at step ``t``:
+
+    .. math::
+        \xi_t &= P_{W_t}(G_t) = G_t - W_t\,\mathrm{sym}(W_t^\top G_t)
+            && \text{Riemannian gradient (``projector``)} \\
+        m_t &= \beta_1\, m_{t-1} + (1-\beta_1)\, \xi_t
+            && m_{t-1} \text{ already transported to } T_{W_t} \\
+        v_t &= \beta_2\, v_{t-1} + (1-\beta_2)\, \lVert \xi_t \rVert_F^2
+            && \text{one scalar per frame (``second_moment``)} \\
+        D_t &= \frac{m_t / (1-\beta_1^t)}{\sqrt{v_t / (1-\beta_2^t)} + \epsilon} \\
+        S_t &= -\gamma D_t \cdot \min\!\big(1, \tfrac{\delta}{\lVert \gamma D_t \rVert_F}\big)
+            && \text{trust-region cap } \delta = \text{``max_step''} \\
+        W_{t+1} &= \mathrm{polar}(W_t + S_t) = (W_t + S_t)\big((W_t+S_t)^\top (W_t+S_t)\big)^{-1/2}
+            && \text{(``retraction'')} \\
+        m_t &\leftarrow P_{W_{t+1}}(m_t) && \text{transport by re-projection}
+
+    Because ``v`` is a squared Frobenius norm, ``D`` has Frobenius norm about 1 and each frame
+    moves about ``lr`` per step, whatever the scale of the loss (a scale-free step).
+
+    Ablation options, per group:
+
+    * ``second_moment``: ``"frame"`` (above), ``"column"`` (``v_j`` averages ``p ||xi_j||^2``, one per
+      column) or ``"element"`` (``n p xi_ij^2``, Adam's elementwise rule). The factor keeps the step's
+      Frobenius norm about ``lr`` in every mode. Only ``"frame"`` is equivariant under
+      ``W -> Q W`` for orthogonal ``Q`` (rotating the embedding space); ``"column"`` and
+      ``"element"`` rescale the direction unevenly, so ``D`` is projected onto the tangent space
+      again before the step.
+    * ``retraction``: ``"polar"``, ``"qr"``, ``"cayley"`` or ``"exp"`` (see
+      :mod:`stiefel_mini.geometry`).
+    * ``projector``: ``"euclidean"`` (``P_W``), ``"canonical"`` (``G - W G^T W``) or ``"none"``
+      (Adam on the raw gradient, then the retraction pulls the result back on the manifold; the
+      first moment is not transported).
+    * ``max_step``: the cap ``delta`` in Frobenius norm, or ``None`` for no cap.
+
+    Weight decay is a no-op on frames, by design: the Riemannian gradient of
+    ``lambda/2 ||W||_F^2`` is ``P_W(lambda W) = 0``, and decoupled decay followed by the polar
+    retraction gives ``polar((1 - lr wd) W) = W``. The decay is therefore skipped for frame groups,
+    which makes the frames bitwise independent of ``weight_decay``. It is never fused into the step
+    before the retraction: ``polar((1 - lr wd) W - lr D) = polar(W - lr D / (1 - lr wd))`` would
+    silently enlarge the step by ``1 / (1 - lr wd)``.
+
+    The frames must be on the manifold when the optimizer first sees them: at the first step a
+    frame whose ``W^T W`` differs from ``I`` by more than ``max(1e-4, 10 eps(dtype))`` in any entry
+    raises ``ValueError`` (project it with :func:`stiefel_mini.geometry.project` first). After that
+    every step lands on the manifold by construction. Frames stored in bf16 / fp16 are updated in
+    float32 and cast back; their optimizer state is kept in float32.
+
+    Args:
+        params: parameters or param groups (dicts); frame groups carry ``stiefel=True``.
+        lr: learning rate; for frames, the Frobenius length of a typical step.
+        betas: coefficients of the first and second moments.
+        eps: added to the denominator.
+        weight_decay: decoupled weight decay (AdamW) for non-frame groups; ignored on frames.
+        stiefel: default for groups that do not say; ``True`` makes a group a frame group.
+        max_step: trust-region cap on a frame's step in Frobenius norm, ``None`` for no cap.
+        second_moment: ``"frame"``, ``"column"`` or ``"element"``.
+        retraction: ``"polar"``, ``"qr"``, ``"cayley"`` or ``"exp"``.
+        projector: ``"euclidean"``, ``"canonical"`` or ``"none"``.
+        foreach: passed to AdamW's implementation for the non-frame groups.
+
+    Reference: Kingma & Ba (2015); Loshchilov & Hutter (2019) for AdamW; Becigneul & Ganea (2019),
+    "Riemannian adaptive optimization methods"; Li, Fuxin, Todorovic (2020), "Efficient Riemannian
+    optimization on the Stiefel manifold via the Cayley transform"; Guerrero, "Stiefel Attention"
+    (arXiv 2609.19363) for the per-frame second moment and the trust cap.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        *,
+        stiefel: bool = False,
+        max_step: float | None = 0.1,
+        second_moment: str = "frame",
+        retraction: str = "polar",
+        projector: str = "euclidean",
+        foreach: bool | None = None,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            stiefel=stiefel,
+            max_step=max_step,
+            second_moment=second_moment,
+            retraction=retraction,
+            projector=projector,
+            foreach=foreach,
+        )
+        _check_hyperparameters(defaults)
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        _check_hyperparameters(group)
+        if group["stiefel"]:
+            for p in group["params"]:
+                _check_frame_tensor(p)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """Perform one optimization step. ``closure`` re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if group["stiefel"]:
+                self._frame_group_step(group)
+            else:
+                self._adamw_group_step(group)
+        return loss
+
+    def _adamw_group_step(self, group: dict[str, Any]) -> None:
+        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError("StiefelAdam does not support sparse gradients")
+            state = self.state[p]
+            if len(state) == 0:
+                # The same state layout as torch.optim.AdamW, so its state_dicts read the same.
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            params.append(p)
+            grads.append(p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+        if not params:
+            return
+        beta1, beta2 = group["betas"]
+        _adam_functional(
+            params,
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
+            [],
+            steps,
+            foreach=group["foreach"],
+            has_complex=any(torch.is_complex(p) for p in params),
+            decoupled_weight_decay=True,
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+        )
+
+    def _frame_group_step(self, group: dict[str, Any]) -> None:
+        # Frames of one tall shape are stacked into one batch so that each formula is one call.
+        buckets: dict[tuple, list[Tensor]] = defaultdict(list)
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError(
+                    "StiefelAdam does not support sparse gradients for frames; use a dense "
+                    "gradient (e.g. nn.Embedding(sparse=False))"
+                )
+            _check_frame_tensor(p)
+            state = self.state[p]
+            if len(state) == 0:
+                _init_frame_state(state, p, group["second_moment"])
+            buckets[(*sorted(p.shape[-2:]), p.device, _compute_dtype(p.dtype))].append(p)
+        for ps in buckets.values():
+            self._frame_bucket_step(group, ps)
+
+    def _frame_bucket_step(self, group: dict[str, Any], ps: list[Tensor]) -> None:
+        beta1, beta2 = group["betas"]
+        lr, eps = group["lr"], group["eps"]
+        projector = group["projector"]
+        states = [self.state[p] for p in ps]
+        wides = [is_wide(p) for p in ps]
+        counts = [p.shape[:-2].numel() for p in ps]
+
+        # bf16 / fp16 frames are updated in float32; float32 and float64 in their own precision.
+        dtype = _compute_dtype(ps[0].dtype)
+
+        def batch(ts: Iterable[Tensor]) -> Tensor:  # per-parameter tensors -> (B, ., .)
+            return torch.cat([_to_tall(t.to(dtype), w) for t, w in zip(ts, wides)])
+
+        W = batch(ps)  # (B, n, k)
+        G = batch(p.grad for p in ps)  # (B, n, k)
+        m = batch(s["exp_avg"] for s in states)  # (B, n, k)
+        v = batch(s["exp_avg_sq"] for s in states)  # (B, 1, 1), (B, 1, k) or (B, n, k)
+
+        for s in states:
+            s["step"] += 1
+        step_t = torch.cat([s["step"].expand(c) for s, c in zip(states, counts)]).view(-1, 1, 1)
+        bias1 = 1 - beta1**step_t
+        bias2_sqrt = (1 - beta2**step_t).sqrt()
+
+        xi = riemannian_gradient(W, G, projector)
+        m.mul_(beta1).add_(xi, alpha=1 - beta1)
+        v.mul_(beta2).add_(second_moment_sample(xi, group["second_moment"]), alpha=1 - beta2)
+        D = (m / bias1) / (v.sqrt() / bias2_sqrt + eps)
+        if group["second_moment"] != "frame" and projector != "none":
+            # Uneven rescaling leaves the tangent space; a per-frame scalar does not.
+            D = project_tangent(W, D)
+        W_new = retract(W, cap_step(-lr * D, group["max_step"]), group["retraction"])
+        if projector != "none":
+            m = project_tangent(W_new, m)
+
+        for p, s, w, Wi, mi, vi in zip(
+            ps, states, wides, W_new.split(counts), m.split(counts), v.split(counts)
+        ):
+            p.copy_(_from_tall(Wi, p.shape, w))
+            s["exp_avg"].copy_(_from_tall(mi, p.shape, w))
+            s["exp_avg_sq"].copy_(_from_tall(vi, s["exp_avg_sq"].shape, w))
+
+
+def _v_shape(mode: str, n: int, k: int) -> tuple[int, int]:
+    """Trailing shape of the second moment of one tall ``n x k`` frame."""
+    return {"frame": (1, 1), "column": (1, k), "element": (n, k)}[mode]
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision a frame's update is computed and stored in: at least float32."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _init_frame_state(state: dict[str, Any], p: Tensor, mode: str) -> None:
+    dtype = _compute_dtype(p.dtype)
+    W = p.detach().to(dtype)
+    Wt = W.mT if is_wide(p) else W
+    gram_err = (Wt.mT @ Wt - torch.eye(Wt.shape[-1], dtype=dtype, device=p.device)).abs().max().item()
+    tol = max(1e-4, 10 * torch.finfo(p.dtype).eps)
+    if not gram_err <= tol:
+        raise ValueError(
+            f"a frame of shape {tuple(p.shape)} is not on the Stiefel manifold "
+            f"(max |W^T W - I| = {gram_err:.2e} > {tol:.0e}); initialise it with "
+            "stiefel_mini.geometry.random_stiefel or map it there with "
+            "stiefel_mini.geometry.project before the first step"
+        )
+    n, k = sorted(p.shape[-2:], reverse=True)
+    a, b = _v_shape(mode, n, k)
+    v_shape = (*p.shape[:-2], b, a) if is_wide(p) else (*p.shape[:-2], a, b)
+    state["step"] = torch.tensor(0.0, dtype=torch.float32)
+    state["exp_avg"] = torch.zeros(p.shape, dtype=dtype, device=p.device)
+    state["exp_avg_sq"] = torch.zeros(v_shape, dtype=dtype, device=p.device)
+
+
+def _check_frame_tensor(p: Tensor) -> None:
+    if p.dim() < 2:
+        raise ValueError(
+            f"a stiefel=True group holds a tensor of shape {tuple(p.shape)}; frames need at least "
+            "2 dimensions (..., r, c). Put vectors and scalars in a group without stiefel=True"
+        )
+    if p.is_complex():
+        raise ValueError(
+            f"a stiefel=True group holds a complex tensor ({p.dtype}); StiefelAdam handles real "
+            "frames only"
+        )
+    if not p.is_floating_point():
+        raise ValueError(f"a stiefel=True group holds a non-float tensor ({p.dtype})")
+
+
+def _check_hyperparameters(g: dict[str, Any]) -> None:
+    lr = g["lr"]
+    if isinstance(lr, Tensor):
+        lr = lr.item()
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr} (must be >= 0)")
+    if not 0.0 <= g["eps"]:
+        raise ValueError(f"Invalid epsilon value: {g['eps']} (must be >= 0)")
+    b1, b2 = g["betas"]
+    if not 0.0 <= b1 < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {b1} (must be in [0, 1))")
+    if not 0.0 <= b2 < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {b2} (must be in [0, 1))")
+    if not 0.0 <= g["weight_decay"]:
+        raise ValueError(f"Invalid weight_decay value: {g['weight_decay']} (must be >= 0)")
+    ms = g["max_step"]
+    if ms is not None and not (isinstance(ms, (int, float)) and ms > 0 and math.isfinite(ms)):
+        raise ValueError(f"Invalid max_step: {ms!r} (a positive float, or None for no cap)")
+    if g["second_moment"] not in SECOND_MOMENTS:
+        raise ValueError(f"Invalid second_moment {g['second_moment']!r}; choose one of {list(SECOND_MOMENTS)}")
+    if g["retraction"] not in RETRACTIONS:
+        raise ValueError(f"Invalid retraction {g['retraction']!r}; choose one of {sorted(RETRACTIONS)}")
+    if g["projector"] not in PROJECTORS:
+        raise ValueError(f"Invalid projector {g['projector']!r}; choose one of {list(PROJECTORS)}")
