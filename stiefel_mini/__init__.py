@@ -1,3 +1,33 @@
-"""stiefel_mini: Stiefel-constrained attention and a Riemannian Adam in plain PyTorch."""
+"""stiefel_mini: Stiefel-constrained attention and a Riemannian Adam in plain PyTorch.
+
+>>> from stiefel_mini import StiefelAdam, StiefelSelfAttention, param_groups
+"""
+
+from .attention import StiefelSelfAttention, frame_parameters, param_groups, qk_parameters
+from .geometry import (
+    RETRACTIONS,
+    canonical_gradient,
+    orthogonality_error,
+    project,
+    project_tangent,
+    random_stiefel,
+    retract,
+)
+from .optim import StiefelAdam
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "StiefelAdam",
+    "StiefelSelfAttention",
+    "param_groups",
+    "frame_parameters",
+    "qk_parameters",
+    "RETRACTIONS",
+    "retract",
+    "project",
+    "project_tangent",
+    "canonical_gradient",
+    "random_stiefel",
+    "orthogonality_error",
+]

@@ -1,0 +1,261 @@
+"""Multi-head self-attention whose per-head query and key projections are Stiefel frames."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .geometry import random_stiefel
+
+__all__ = ["StiefelSelfAttention", "frame_parameters", "qk_parameters", "param_groups"]
+
+LOGIT_SCALES = ("fixed", "learned")
+
+
+class StiefelSelfAttention(nn.Module):
+    r"""Multi-head self-attention with ``W_Q^h, W_K^h`` in St(d_model, d_head) for every head h.
+
+    For tokens ``x_i in R^{d_model}`` and head h,
+
+    .. math::
+        \ell^h_{ij} = s_h\, (W_Q^{h\top} x_i)^\top (W_K^{h\top} x_j)
+                    = s_h\, x_i^\top W_Q^h W_K^{h\top} x_j, \qquad
+        y_i = W_O \big[\textstyle\sum_j \mathrm{softmax}_j(\ell^h_{ij})\, W_V^h x_j\big]_{h}.
+
+    With orthonormal frames (``W^{h\top} W^h = I``) every nonzero singular value of
+    ``W_Q^h W_K^{h\top}`` equals 1, since ``(W_Q W_K^T)^T (W_Q W_K^T) = W_K W_K^T`` is a projector. So
+    ``|l_ij| <= s_h ||x_i|| ||x_j||``: the projections cannot grow or shrink the logits, and the
+    sharpness of attention is set by the token norms and the scale ``s_h`` alone.
+
+    ``logit_scale`` chooses ``s_h``:
+
+    * ``"fixed"``: ``s_h = 1 / sqrt(d_head)``, the usual scaled dot product.
+    * ``"learned"``: ``s_h = exp(tau_h)``, one learned log-temperature per head, initialised at
+      ``log(1 / sqrt(d_head))``. On the manifold this is the only way a head can sharpen or flatten
+      its attention through the Q/K path; ``tau`` is an ordinary (non-frame) parameter.
+
+    ``stiefel=False`` turns the constraint off: the same module, the same initial weights (the
+    frames start orthonormal either way, so a constrained and an unconstrained run start from the
+    same point), but ``w_q`` and ``w_k`` are plain weights that :func:`param_groups` hands to AdamW.
+    V and the output projection are always unconstrained ``nn.Linear`` layers.
+
+    Shapes: ``w_q``, ``w_k`` ``(n_heads, d_model, d_head)``; input and output ``(B, T, d_model)``.
+
+    Reference: Vaswani et al. (2017), "Attention is all you need"; Guerrero, "Stiefel Attention"
+    (arXiv 2609.19363).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int | None = None,
+        *,
+        stiefel: bool = True,
+        logit_scale: str = "fixed",
+        causal: bool = False,
+        bias: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if d_model <= 0 or n_heads <= 0:
+            raise ValueError(f"d_model and n_heads must be positive; got {d_model}, {n_heads}")
+        if d_head is None:
+            if d_model % n_heads:
+                raise ValueError(
+                    f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head explicitly"
+                )
+            d_head = d_model // n_heads
+        if not 0 < d_head <= d_model:
+            raise ValueError(
+                f"d_head={d_head} must be in 1..d_model={d_model}: a frame in St(d_model, d_head) "
+                "has at most d_model orthonormal columns"
+            )
+        if logit_scale not in LOGIT_SCALES:
+            raise ValueError(f"logit_scale must be one of {list(LOGIT_SCALES)}; got {logit_scale!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1); got {dropout}")
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
+        self.stiefel, self.causal, self.dropout = stiefel, causal, dropout
+        self.logit_scale = logit_scale
+        self.w_q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.w_k = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.v_proj = nn.Linear(d_model, n_heads * d_head, bias=bias)
+        self.out_proj = nn.Linear(n_heads * d_head, d_model, bias=bias)
+        if logit_scale == "learned":
+            self.log_scale = nn.Parameter(torch.empty(n_heads))
+        else:
+            self.register_parameter("log_scale", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Frames from the Haar measure; V and output projection as ``nn.Linear`` initialises them."""
+        with torch.no_grad():
+            self.w_q.copy_(random_stiefel(*self.w_q.shape, dtype=self.w_q.dtype))
+            self.w_k.copy_(random_stiefel(*self.w_k.shape, dtype=self.w_k.dtype))
+            if self.log_scale is not None:
+                self.log_scale.fill_(-0.5 * math.log(self.d_head))
+        self.v_proj.reset_parameters()
+        self.out_proj.reset_parameters()
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
+            f"stiefel={self.stiefel}, logit_scale={self.logit_scale!r}, causal={self.causal}"
+        )
+
+    def frames(self) -> list[nn.Parameter]:
+        """The parameters that are Stiefel frames: ``[w_q, w_k]``, or ``[]`` when ``stiefel=False``."""
+        return [self.w_q, self.w_k] if self.stiefel else []
+
+    def scale(self) -> Tensor:
+        """Per-head logit scale ``s_h``, shape ``(n_heads,)``."""
+        if self.log_scale is not None:
+            return self.log_scale.exp()
+        return torch.full((self.n_heads,), self.d_head**-0.5, device=self.w_q.device, dtype=self.w_q.dtype)
+
+    def _project(self, x: Tensor, w: Tensor) -> Tensor:
+        """``x @ W^h`` for every head: ``(B, T, d_model)`` -> ``(B, n_heads, T, d_head)``."""
+        B, T, _ = x.shape
+        w = w.permute(1, 0, 2).reshape(self.d_model, self.n_heads * self.d_head)  # (C, nh*hs)
+        return (x @ w.to(x.dtype)).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, nh, T, hs)
+
+    def _qkv(self, x: Tensor, x_q: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        B, T, _ = x.shape
+        q = self._project(x if x_q is None else x_q, self.w_q)  # (B, nh, Tq, hs)
+        # The scale is folded into q so that a learned per-head scale needs no custom kernel.
+        q = q * self.scale().to(q.dtype).view(1, -1, 1, 1)
+        k = self._project(x, self.w_k)  # (B, nh, T, hs)
+        v = self.v_proj(x).view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, nh, T, hs)
+        return q, k, v
+
+    def _check(self, x: Tensor) -> None:
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"expected input of shape (B, T, d_model={self.d_model}); got {tuple(x.shape)}"
+            )
+
+    def forward(self, x: Tensor, attn_mask: Tensor | None = None, *, last_only: bool = False) -> Tensor:
+        """Attend over the sequence.
+
+        Args:
+            x: ``(B, T, d_model)`` tokens.
+            attn_mask: optional mask broadcastable to ``(B, n_heads, T, T)``: bool (True = attend)
+                or float (added to the logits), as in ``F.scaled_dot_product_attention``.
+            last_only: compute the output of the last position only, ``(B, 1, d_model)``; a model
+                whose loss reads only the last token (as in modular arithmetic) skips the other
+                queries.
+        Returns:
+            ``(B, T, d_model)``, or ``(B, 1, d_model)`` with ``last_only``.
+        """
+        self._check(x)
+        if self.causal and attn_mask is not None:
+            raise ValueError("pass either causal=True or an attn_mask, not both")
+        B, T, _ = x.shape
+        q, k, v = self._qkv(x, x[:, -1:] if last_only else None)
+        if last_only and attn_mask is not None:
+            attn_mask = attn_mask[..., -1:, :]
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            # The last query may see every key, so causality changes nothing for last_only.
+            is_causal=self.causal and not last_only and attn_mask is None,
+            scale=1.0,
+        )  # (B, nh, Tq, hs)
+        y = y.transpose(1, 2).reshape(B, q.shape[2], self.n_heads * self.d_head)  # (B, Tq, nh*hs)
+        return self.out_proj(y)
+
+    def logits(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """Scaled pre-softmax logits ``l_ij^h``, ``(B, n_heads, T, T)``; masked entries are ``-inf``."""
+        self._check(x)
+        q, k, _ = self._qkv(x)
+        logits = q @ k.transpose(-2, -1)  # (B, nh, T, T)
+        T = x.shape[1]
+        if self.causal:
+            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+            logits = logits.masked_fill(future, float("-inf"))
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                logits = logits.masked_fill(~attn_mask, float("-inf"))
+            else:
+                logits = logits + attn_mask
+        return logits
+
+    def attention_weights(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """Attention probabilities ``softmax_j(l_ij^h)``, ``(B, n_heads, T, T)``."""
+        return self.logits(x, attn_mask).softmax(dim=-1)
+
+
+def frame_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
+    """Every Stiefel frame in ``model``: the parameters returned by ``frames()`` of its modules.
+
+    Any module can take part by defining a ``frames()`` method that returns its frame parameters.
+    """
+    seen: set[int] = set()
+    for module in model.modules():
+        frames = getattr(module, "frames", None)
+        if callable(frames):
+            for p in frames():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
+
+
+def qk_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
+    """The query/key weights of every :class:`StiefelSelfAttention` in ``model``, constrained or not."""
+    for module in model.modules():
+        if isinstance(module, StiefelSelfAttention):
+            yield module.w_q
+            yield module.w_k
+
+
+def param_groups(
+    model: nn.Module,
+    *,
+    weight_decay: float = 0.0,
+    frame_options: dict[str, Any] | None = None,
+    qk_options: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Split a model's trainable parameters into named param groups for :class:`StiefelAdam`.
+
+    * ``"frames"``: Stiefel frames (``stiefel=True``, plus ``frame_options``, e.g. ``lr``);
+    * ``"qk"``: Q/K weights of attention modules built with ``stiefel=False``, decayed like other
+      weights unless ``qk_options`` says otherwise (e.g. ``{"weight_decay": 0.0}``);
+    * ``"decay"``: every other parameter with 2 or more dimensions (matrices, embeddings);
+    * ``"no_decay"``: biases, norm gains, temperatures and other 1-D or scalar parameters.
+
+    Empty groups are left out. Parameters with ``requires_grad=False`` are skipped, which is how a
+    frozen-frame baseline leaves its frames alone.
+    """
+    frames = {id(p) for p in frame_parameters(model)}
+    qk = {id(p) for p in qk_parameters(model)} - frames
+    buckets: dict[str, list[nn.Parameter]] = {"frames": [], "qk": [], "decay": [], "no_decay": []}
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        if id(p) in frames:
+            buckets["frames"].append(p)
+        elif id(p) in qk:
+            buckets["qk"].append(p)
+        elif p.dim() >= 2:
+            buckets["decay"].append(p)
+        else:
+            buckets["no_decay"].append(p)
+    options = {
+        "frames": {"stiefel": True, "weight_decay": 0.0, **(frame_options or {})},
+        "qk": {"weight_decay": weight_decay, **(qk_options or {})},
+        "decay": {"weight_decay": weight_decay},
+        "no_decay": {"weight_decay": 0.0},
+    }
+    return [
+        {"name": name, "params": params, **options[name]}
+        for name, params in buckets.items()
+        if params
+    ]
