@@ -1,0 +1,468 @@
+"""CIFAR-10 patch benchmark: does constraining Q/K to the Stiefel manifold help a small ViT, and why?
+
+A patch transformer (:class:`stiefel_mini.vit.PatchViT`) is trained on real CIFAR-10 under the
+optimiser arms of :data:`stiefel_mini.experiments.common.ARMS` (A0 AdamW, A0' AdamW without decay
+on Q/K, A1 StiefelAdam, A3 frozen frames, A4 AdamW with the Q/K learning rate divided by
+sqrt(d_model * d_head), A5 AdamW then polar projection, A7 StiefelAdam with a per-element second
+moment). Starts are paired: for a given seed, every arm begins from the same weights (the
+attention module initialises Q/K as random frames whether or not it constrains them) and sees the
+same training subset, batch order and augmentation.
+
+Measured per run: test accuracy and loss, train accuracy, the per-step Frobenius norm of the change
+of the Q/K weights ||W_{t+1} - W_t||_F (all blocks together), their drift from initialisation
+||W_T - W_0||_F / ||W_0||_F, and the orthogonality error of the final Q/K.
+
+Reference: the paper's CIFAR-10 patch benchmark (abstract: +8.98 pp over AdamW over 12 paired
+starts; Q/K steps 24-40x smaller than AdamW's; frozen frames cost 0.28 pp).
+
+CLI (``--preset`` picks a setting, every config field can be overridden as ``--field value``)::
+
+    python -m stiefel_mini.experiments.cifar --preset cpu --data_dir ../shared/data/cifar10-jpeg
+    python -m stiefel_mini.experiments.cifar --preset gpu --data_dir DIR
+    python -m stiefel_mini.experiments.cifar --preset repro      # tiny synthetic set, for the tests
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from stiefel_mini.experiments import cifar_data
+from stiefel_mini.experiments.common import (
+    ARM_CODES,
+    arm_spec,
+    compare,
+    config_dict,
+    load_results,
+    make_optimizer,
+    parse_config,
+    progress,
+    provenance,
+    save_results,
+    seed_everything,
+    set_threads,
+    t_ci,
+)
+from stiefel_mini.geometry import orthogonality_error
+from stiefel_mini.vit import PatchViT
+
+ALL_ARMS = ("A0", "A0'", "A1", "A3", "A4", "A5", "A7")
+"""The arms of the benchmark, by their codes in ``common.ARM_CODES``; A0 is the paired baseline."""
+
+
+@dataclass
+class CifarConfig:
+    """One training run (``arm``, ``seed``, ``train_fraction``) and, for the sweep, the grid to run."""
+
+    # What to run
+    arm: str = "A1"
+    seed: int = 0
+    train_fraction: float = 0.1  # share of the 50k training images, class-balanced, chosen by the seed
+    # Sweep grid (``sweep`` and the CLI); ``run`` uses arm / seed / train_fraction above
+    arms: tuple[str, ...] = ALL_ARMS
+    seeds: tuple[int, ...] = (0, 1, 2)
+    train_fractions: tuple[float, ...] = (0.1, 0.3)
+    out: str | None = None  # results JSON, rewritten after every run; an existing file is resumed
+    # Data
+    data_dir: str | None = None  # ImageFolder copy; None -> $STIEFEL_MINI_CIFAR_DIR, else torchvision
+    test_size: int = 0  # 0 = the whole test split; else a fixed class-balanced subset
+    train_eval_size: int = 2000  # un-augmented training images scored for train accuracy
+    augment: bool = True
+    # Model
+    patch_size: int = 8
+    d_model: int = 96
+    depth: int = 3
+    n_heads: int = 4
+    d_head: int | None = None
+    mlp_ratio: int = 4
+    logit_scale: str = "fixed"
+    # Optimisation (read by common.make_optimizer)
+    epochs: int = 6
+    batch_size: int = 128
+    lr: float = 1e-3
+    frame_lr: float | None = None  # None: Q/K use lr
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.05
+    max_step: float | None = 0.1
+    retraction: str = "polar"
+    warmup_epochs: float = 1.0  # linear warm-up, then cosine decay to zero
+    # Machine
+    device: str = "auto"  # "auto": cuda if available, else cpu
+    bf16: bool = True  # bf16 autocast of the forward pass on cuda (weights and optimiser stay float32)
+    threads: int = 1  # torch intra-op threads on the CPU (0: torch's default)
+    eval_every: int = 0  # epochs between test evaluations during training; 0: only at the end
+    log_every: int = 20  # steps between recorded training-loss points
+    progress: bool = True
+
+
+PRESETS: dict[str, CifarConfig] = {
+    # Sized to run 7 arms x 3 seeds x 2 fractions (5k and 15k images, 6 epochs) on one shared CPU
+    # core in about an hour: a small model trained briefly, far from the paper's scale.
+    "cpu": CifarConfig(),
+    # The paper's scale: patch 4 (64 tokens), a wider and deeper model, 12 paired seeds.
+    "gpu": CifarConfig(
+        patch_size=4, d_model=256, depth=6, n_heads=8, d_head=32, epochs=50, batch_size=256,
+        seeds=tuple(range(12)), train_fractions=(0.2, 1.0), device="cuda", threads=0,
+        eval_every=10, log_every=50,
+    ),
+    # A few seconds on the tiny synthetic set that the tests write: the stored reproduction record.
+    "repro": CifarConfig(
+        arm="A1", seed=0, train_fraction=1.0, arms=("A1",), seeds=(0,), train_fractions=(1.0,),
+        d_model=32, depth=1, n_heads=2, epochs=3, batch_size=25, lr=3e-3, warmup_epochs=0.5,
+        train_eval_size=0, log_every=4, progress=False,
+    ),
+    # The chapter's live cell: A0 against A1 on 5k real images, well under two minutes on one core.
+    "live": CifarConfig(
+        arms=("A0", "A1"), seeds=(0,), train_fractions=(0.1,), epochs=4, test_size=2000,
+        train_eval_size=1000,
+    ),
+}
+
+REPRO_TINY_SET = {"n_train": 20, "n_test": 10, "seed": 0}
+"""Arguments of ``cifar_data.write_tiny_image_folder`` for the repro record (200 + 100 images)."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Pieces of a run
+# ----------------------------------------------------------------------------------------------------
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> cuda when available, else cpu; anything else is passed to ``torch.device``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_model(cfg: CifarConfig, stiefel: bool) -> PatchViT:
+    """The ViT of ``cfg`` with the global generator seeded by ``cfg.seed`` (identical across arms)."""
+    torch.manual_seed(cfg.seed)
+    return PatchViT(
+        patch_size=cfg.patch_size, d_model=cfg.d_model, depth=cfg.depth, n_heads=cfg.n_heads,
+        d_head=cfg.d_head, mlp_ratio=cfg.mlp_ratio, stiefel=stiefel, logit_scale=cfg.logit_scale,
+    )
+
+
+def train_indices(labels: torch.Tensor, fraction: float, seed: int) -> torch.Tensor:
+    """The class-balanced training subset of ``fraction`` of the images, fixed by ``seed``.
+
+    Nested in ``fraction`` for a given seed, shared by all arms of that seed.
+    """
+    n_classes = int(labels.max()) + 1
+    n = int(round(fraction * labels.numel() / n_classes)) * n_classes
+    if n >= labels.numel():
+        return torch.arange(labels.numel())
+    # Offset so the subset's generator is not the batch-order generator of the same seed.
+    return cifar_data.balanced_subset(labels, n, torch.Generator().manual_seed(10_000 + seed))
+
+
+def fixed_subset(labels: torch.Tensor, size: int) -> torch.Tensor:
+    """A class-balanced subset of ``size`` (0 or >= len: all), the same for every seed and arm."""
+    if size <= 0 or size >= labels.numel():
+        return torch.arange(labels.numel())
+    return cifar_data.balanced_subset(labels, size, torch.Generator().manual_seed(12_345))
+
+
+def lr_factor(step: int, total: int, warmup: int) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine decay to zero at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress_ = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress_)))
+
+
+@torch.no_grad()
+def evaluate(model: PatchViT, x: torch.Tensor, y: torch.Tensor, device: torch.device, bf16: bool,
+             batch_size: int = 1000) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of ``model`` on uint8 images ``x`` (N, 3, 32, 32), labels (N,)."""
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    for start in range(0, x.shape[0], batch_size):
+        xb = cifar_data.normalize(x[start : start + batch_size].to(device))
+        yb = y[start : start + batch_size].to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
+            logits = model(xb)
+        loss_sum += F.cross_entropy(logits.float(), yb, reduction="sum").item()
+        correct += (logits.argmax(-1) == yb).sum().item()
+    model.train()
+    return correct / x.shape[0], loss_sum / x.shape[0]
+
+
+def qk_vector(model: PatchViT) -> torch.Tensor:
+    """All Q/K weights of the model as one flat float32 vector (a copy)."""
+    return torch.cat([p.detach().float().flatten() for p in model.qk_parameters()])
+
+
+# ----------------------------------------------------------------------------------------------------
+# One run
+# ----------------------------------------------------------------------------------------------------
+
+
+def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
+    """Train one arm from one paired start and return its history.
+
+    Args:
+        cfg: the run (``cfg.arm``, ``cfg.seed``, ``cfg.train_fraction``) and its settings.
+        data: CIFAR-10 tensors; loaded from ``cfg.data_dir`` when None.
+
+    Returns:
+        A JSON-ready dict: the run's keys, final ``test_acc`` / ``test_loss`` / ``train_acc``,
+        ``qk_step_mean`` (mean over steps of ||W_{t+1} - W_t||_F over all Q/K weights),
+        ``qk_drift`` (||W_T - W_0||_F / ||W_0||_F), ``orth_error`` (mean over heads of
+        ||W^T W - I||_F at the end), the training-loss curve and periodic test evaluations.
+    """
+    set_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    if data is None:
+        data = cifar_data.load_cifar10(cfg.data_dir)
+    spec = arm_spec(cfg.arm)
+    code = arm_code(cfg.arm)
+
+    model = build_model(cfg, stiefel=spec.stiefel_module).to(device)
+    optimizer = make_optimizer(model, spec, cfg)
+    # One generator drives subset-independent randomness of training: batch order and augmentation.
+    gen = seed_everything(cfg.seed)
+
+    idx = train_indices(data.train_y, cfg.train_fraction, cfg.seed)
+    train_x, train_y = data.train_x[idx].to(device), data.train_y[idx].to(device)
+    eval_idx = fixed_subset(train_y.cpu(), cfg.train_eval_size) if cfg.train_eval_size > 0 else None
+    test_idx = fixed_subset(data.test_y, cfg.test_size)
+    test_x, test_y = data.test_x[test_idx], data.test_y[test_idx]
+
+    steps_per_epoch = max(1, train_x.shape[0] // cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    warmup = int(round(cfg.warmup_epochs * steps_per_epoch))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total, warmup))
+    autocast = cfg.bf16 and device.type == "cuda"
+
+    qk0 = qk_vector(model)
+    history: dict[str, Any] = {
+        "arm": code, "arm_name": spec.name, "seed": cfg.seed, "train_fraction": cfg.train_fraction,
+        "n_train": int(train_x.shape[0]), "n_test": int(test_x.shape[0]), "steps_total": total,
+        "step": [], "train_loss": [], "qk_step": [], "evals": [],
+    }
+    # Running sums stay on the device and are read only at log points (no per-step host sync).
+    loss_sum = torch.zeros((), device=device)
+    step_sum = torch.zeros((), device=device)
+    step_sum_all = torch.zeros((), device=device)
+    window = 0
+    start_time = time.perf_counter()
+    bar = progress(total=total, desc=f"{code} seed {cfg.seed} frac {cfg.train_fraction}", enabled=cfg.progress,
+                   leave=False)
+    step = 0
+    for epoch in range(cfg.epochs):
+        for batch in cifar_data.epoch_batches(train_x.shape[0], cfg.batch_size, gen):
+            xb = train_x[batch.to(device)]
+            if cfg.augment:
+                xb = cifar_data.augment(xb, gen)
+            xb = cifar_data.normalize(xb)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                logits = model(xb)
+            loss = F.cross_entropy(logits.float(), train_y[batch.to(device)])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            before = qk_vector(model)
+            optimizer.step()
+            scheduler.step()
+            qk_step = torch.linalg.vector_norm(qk_vector(model) - before)
+            loss_sum += loss.detach()
+            step_sum += qk_step
+            step_sum_all += qk_step
+            window += 1
+            step += 1
+            bar.update()
+            if step % cfg.log_every == 0 or step == total:
+                history["step"].append(step)
+                history["train_loss"].append(loss_sum.item() / window)
+                history["qk_step"].append(step_sum.item() / window)
+                bar.set_postfix(loss=f"{history['train_loss'][-1]:.3f}")
+                loss_sum.zero_()
+                step_sum.zero_()
+                window = 0
+        if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0 and epoch + 1 < cfg.epochs:
+            acc, tl = evaluate(model, test_x, test_y, device, cfg.bf16)
+            history["evals"].append({"epoch": epoch + 1, "step": step, "test_acc": acc, "test_loss": tl})
+    bar.close()
+    train_seconds = time.perf_counter() - start_time
+
+    acc, tl = evaluate(model, test_x, test_y, device, cfg.bf16)
+    history["evals"].append({"epoch": cfg.epochs, "step": step, "test_acc": acc, "test_loss": tl})
+    history["test_acc"], history["test_loss"] = acc, tl
+    if eval_idx is not None:
+        history["train_acc"], history["train_eval_loss"] = evaluate(
+            model, train_x[eval_idx.to(device)], train_y[eval_idx.to(device)], device, cfg.bf16
+        )
+    qk = qk_vector(model)
+    history["qk_step_mean"] = step_sum_all.item() / max(1, total)
+    history["qk_drift"] = (torch.linalg.vector_norm(qk - qk0) / torch.linalg.vector_norm(qk0)).item()
+    history["orth_error"] = float(
+        torch.cat([orthogonality_error(p.detach().float()).flatten() for p in model.qk_parameters()]).mean()
+    )
+    history["train_seconds"] = train_seconds
+    history["images_per_second"] = total * cfg.batch_size / train_seconds
+    return history
+
+
+# ----------------------------------------------------------------------------------------------------
+# The sweep and its summary
+# ----------------------------------------------------------------------------------------------------
+
+
+def run_key(h: dict) -> tuple:
+    """(train_fraction, seed, arm) of a run, for resuming and pairing."""
+    return (float(h["train_fraction"]), int(h["seed"]), str(h["arm"]))
+
+
+def _sweep_settings(cfg: CifarConfig) -> dict:
+    """The fields that must agree for stored runs to be reused (everything but the grid and the output)."""
+    skip = {"arm", "seed", "train_fraction", "arms", "seeds", "train_fractions", "out", "progress", "device",
+            "threads"}
+    return {k: v for k, v in config_dict(cfg).items() if k not in skip}
+
+
+def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
+    """Run every (seed, fraction, arm) of the grid, rewriting ``cfg.out`` after each run.
+
+    Seeds are the outer loop, so an interrupted sweep leaves complete paired seeds. Runs already in
+    ``cfg.out`` with the same settings are kept and skipped (a killed sweep resumes where it stopped).
+
+    Returns:
+        The results payload: ``provenance``, ``settings``, ``runs`` and ``summary``.
+    """
+    set_threads(cfg.threads)
+    if data is None:
+        data = cifar_data.load_cifar10(cfg.data_dir)
+    runs: list[dict] = []
+    if cfg.out and Path(cfg.out).exists():
+        old = load_results(cfg.out)
+        if old.get("settings") == _sweep_settings(cfg):
+            runs = old["runs"]
+    done = {run_key(h) for h in runs}
+    prov = provenance(cfg, cfg.seeds, device=resolve_device(cfg.device))
+    prov["data_source"] = data.source
+    grid = [(s, f, a) for s in cfg.seeds for f in cfg.train_fractions for a in cfg.arms]
+    payload: dict = {}
+    for seed, fraction, arm in progress(grid, desc="sweep", enabled=cfg.progress):
+        key = (float(fraction), int(seed), arm_code(arm))
+        if key in done:
+            continue
+        h = run(dataclasses.replace(cfg, arm=arm, seed=seed, train_fraction=fraction), data)
+        h["git_commit"] = prov["git_commit"]
+        runs.append(h)
+        done.add(key)
+        payload = {"provenance": prov, "settings": _sweep_settings(cfg), "runs": runs, "summary": summarize(runs)}
+        if cfg.out:
+            save_results(cfg.out, payload)
+    if not payload:
+        payload = {"provenance": prov, "settings": _sweep_settings(cfg), "runs": runs, "summary": summarize(runs)}
+    return payload
+
+
+def arm_code(arm: str) -> str:
+    """The code (``"A1"``) of an arm given by code or by name."""
+    name = arm_spec(arm).name
+    return next((c for c, n in ARM_CODES.items() if n == name), name)
+
+
+def summarize(runs: list[dict], baseline: str = "A0") -> list[dict]:
+    """One row per (train fraction, arm): accuracy, paired difference to ``baseline``, step and drift.
+
+    Only seeds where both the arm and the baseline finished are paired. ``diff_pp`` is the mean of
+    the per-seed accuracy differences in percentage points with its 95% t interval (``diff_ci_pp``);
+    ``wins`` counts seeds where the arm's accuracy is higher; ``step_ratio`` is the mean over seeds
+    of qk_step_mean(arm) / qk_step_mean(baseline) (the Q/K step relative to AdamW's).
+    """
+    by_key = {run_key(h): h for h in runs}
+    rows = []
+    for fraction in sorted({k[0] for k in by_key}):
+        arms = []
+        for h in runs:  # first-seen order keeps the grid's arm order
+            if float(h["train_fraction"]) == fraction and h["arm"] not in arms:
+                arms.append(h["arm"])
+        for arm in arms:
+            seeds = sorted(k[1] for k in by_key if k[0] == fraction and k[2] == arm)
+            accs = [by_key[(fraction, s, arm)]["test_acc"] for s in seeds]
+            row = {
+                "train_fraction": fraction, "arm": arm, "arm_name": by_key[(fraction, seeds[0], arm)]["arm_name"],
+                "n_train": by_key[(fraction, seeds[0], arm)]["n_train"], "seeds": seeds,
+                "acc_mean": float(np.mean(accs)), "acc_sd": float(np.std(accs, ddof=1)) if len(accs) > 1 else None,
+                "qk_drift": float(np.mean([by_key[(fraction, s, arm)]["qk_drift"] for s in seeds])),
+                "orth_error": float(np.mean([by_key[(fraction, s, arm)]["orth_error"] for s in seeds])),
+            }
+            paired = [s for s in seeds if (fraction, s, baseline) in by_key]
+            if paired:
+                base = [by_key[(fraction, s, baseline)] for s in paired]
+                mine = [by_key[(fraction, s, arm)] for s in paired]
+                c = compare([b["test_acc"] for b in base], [m["test_acc"] for m in mine], lower_is_better=False)
+                diffs = [100.0 * d for d in c["differences"]]
+                lo, hi = t_ci(diffs)
+                ratios = [m["qk_step_mean"] / b["qk_step_mean"] for m, b in zip(mine, base)]
+                row.update(
+                    paired_seeds=paired, diffs_pp=diffs, diff_pp=float(np.mean(diffs)), diff_ci_pp=[lo, hi],
+                    wins=c["wins"]["wins"], n_pairs=c["wins"]["n"], step_ratio=float(np.mean(ratios)),
+                )
+            rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------
+
+
+def repro_record(cfg: CifarConfig = PRESETS["repro"]) -> dict:
+    """Run ``cfg`` (the ``repro`` preset) on the tiny synthetic set, written to a temporary folder.
+
+    Saves ``{"provenance", "tiny_set", "history"}`` to ``cfg.out`` when set and returns it.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        root = cifar_data.write_tiny_image_folder(Path(tmp) / "tiny", **REPRO_TINY_SET)
+        os.environ[cifar_data.ENV_CACHE_DIR] = str(Path(tmp) / "cache")  # keep ~/.cache free of tiny sets
+        try:
+            history = run(dataclasses.replace(cfg, data_dir=str(root)))
+        finally:
+            del os.environ[cifar_data.ENV_CACHE_DIR]
+    payload = {"provenance": provenance(cfg, cfg.seeds), "tiny_set": REPRO_TINY_SET, "history": history}
+    if cfg.out:
+        save_results(cfg.out, payload)
+    return payload
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """``--preset NAME`` (cpu, gpu, repro, live; default cpu), then ``--field value`` overrides."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    preset = "cpu"
+    if "--preset" in argv:
+        i = argv.index("--preset")
+        preset = argv[i + 1]
+        del argv[i : i + 2]
+    if preset not in PRESETS:
+        raise SystemExit(f"unknown preset {preset!r}; choices: {sorted(PRESETS)}")
+    if preset == "repro":
+        cfg = parse_config(CifarConfig, argv, base=PRESETS["repro"])
+        return repro_record(cfg)
+    cfg = parse_config(CifarConfig, argv, base=PRESETS[preset])
+    try:
+        payload = sweep(cfg)
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
+    for row in payload["summary"]:
+        diff = f"{row['diff_pp']:+6.2f} pp, wins {row['wins']}/{row['n_pairs']}" if "diff_pp" in row else ""
+        print(f"frac {row['train_fraction']:<5} {row['arm']:<3} acc {100 * row['acc_mean']:5.2f}%  {diff}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
