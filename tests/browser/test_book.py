@@ -1,0 +1,197 @@
+"""The built book in headless Chromium: pages load cleanly offline, math renders, widgets respond.
+
+Run after ``bash scripts/build_book.sh``::
+
+    pytest tests/browser -m browser
+
+Every request a page makes must go to the local server (127.0.0.1); anything else is blocked and
+reported. Widgets are exercised with no kernel: the page only has the saved widget state.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlparse
+
+import pytest
+
+from bookpaths import BUILD, book_pages
+
+pytestmark = pytest.mark.browser
+
+PAGES = book_pages() or ["<no built book>"]
+PART_ONE = ["book/intro.html", "book/stiefel_manifold.html", "book/retractions.html", "book/riemannian_adam.html"]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _source(page: str) -> str:
+    path = BUILD / page
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+WIDGET_PAGES = [p for p in PAGES if WIDGET_VIEW in _source(p)] or ["<no widget page>"]
+MATH_PAGES = [p for p in PAGES if 'class="math' in _source(p)] or ["<no math page>"]
+
+
+class Visit:
+    """One page opened in a fresh browser context, with everything it did recorded."""
+
+    def __init__(self, browser, url: str):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.outside: list[str] = []
+        self.failed: list[str] = []
+        self.page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+        self.page.on(
+            "console",
+            lambda msg: self.errors.append(f"console.{msg.type}: {msg.text} @ {msg.location}")
+            if msg.type == "error"
+            else None,
+        )
+        self.page.on("requestfailed", lambda req: self.failed.append(f"{req.url} ({req.failure})"))
+        self.page.on(
+            "response",
+            lambda resp: self.failed.append(f"{resp.url} (HTTP {resp.status})") if resp.status >= 400 else None,
+        )
+        self.page.route("**/*", self._route)
+        self.page.goto(url, wait_until="load", timeout=60_000)
+        self.page.wait_for_load_state("networkidle", timeout=60_000)
+        # Let MathJax finish typesetting (its startup promise resolves after the first typeset).
+        self.page.evaluate(
+            "() => (window.MathJax && MathJax.startup && MathJax.startup.promise)"
+            " ? MathJax.startup.promise.then(() => true) : null"
+        )
+
+    def _route(self, route):
+        parsed = urlparse(route.request.url)
+        if parsed.hostname == "127.0.0.1" and parsed.path == "/favicon.ico":
+            route.fulfill(status=204, body=b"")  # the browser's own request; the book has no favicon
+            return
+        if parsed.scheme in ("http", "https", "ws", "wss") and parsed.hostname != "127.0.0.1":
+            self.outside.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def visit(browser, book_url):
+    opened: list[Visit] = []
+
+    def _open(page: str) -> Visit:
+        v = Visit(browser, book_url + page)
+        opened.append(v)
+        return v
+
+    yield _open
+    for v in opened:
+        v.close()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_loads_offline_without_errors(visit, page):
+    v = visit(page)
+    v.page.wait_for_timeout(500)  # late async errors (widget rendering, fonts)
+    assert not v.outside, f"{page} requested hosts other than 127.0.0.1: {v.outside}"
+    assert not v.failed, f"{page} had failed requests: {v.failed}"
+    assert not v.errors, f"{page} logged JavaScript errors: {v.errors}"
+
+
+def test_part_one_chapters_are_built():
+    missing = [p for p in PART_ONE if not (BUILD / p).is_file()]
+    assert not missing, f"Part I pages missing from the build: {missing}"
+    no_widget = [p for p in PART_ONE if WIDGET_VIEW not in _source(p)]
+    assert not no_widget, f"Part I pages without an embedded widget: {no_widget}"
+
+
+@pytest.mark.parametrize("page", MATH_PAGES)
+def test_math_renders(visit, page):
+    v = visit(page)
+    counts = v.page.evaluate(
+        """() => {
+            const math = Array.from(document.querySelectorAll('.math'));
+            return {
+                math: math.length,
+                rendered: math.filter(el => el.querySelector('mjx-container')).length,
+                containers: document.querySelectorAll('mjx-container').length,
+                errors: Array.from(document.querySelectorAll('mjx-merror')).map(e => e.textContent),
+            };
+        }"""
+    )
+    assert counts["math"] > 0
+    assert counts["rendered"] == counts["math"], f"{page}: unrendered math: {counts}"
+    assert not counts["errors"], f"{page}: MathJax errors: {counts['errors']}"
+    # The TeX fonts were actually loaded (served locally; a missing font would be a failed request).
+    assert not v.failed, v.failed
+
+
+# What a widget shows, outside its sliders: the pixels of visible images (hashed; views may recreate
+# their blob URLs) and visible text. A not-yet-decoded image reads as "loading" and is waited out.
+SNAPSHOT_JS = """(handle) => {
+    const root = handle.closest('.cell_output') || handle.closest('.output') || document.body;
+    const imageKey = (img) => {
+        if (!img.complete || !img.naturalWidth) return 'loading';
+        const c = document.createElement('canvas');
+        c.width = img.naturalWidth; c.height = img.naturalHeight;
+        const ctx = c.getContext('2d');
+        ctx.drawImage(img, 0, 0);
+        const d = ctx.getImageData(0, 0, c.width, c.height).data;
+        let h = 0;
+        for (let i = 0; i < d.length; i += 3) h = (Math.imul(h, 31) + d[i]) | 0;
+        return c.width + 'x' + c.height + '#' + h;
+    };
+    const parts = [];
+    for (const el of root.querySelectorAll('img, .widget-html-content, pre')) {
+        if (el.closest('.widget-slider')) continue;
+        if (!el.checkVisibility()) continue;
+        parts.push(el.tagName === 'IMG' ? 'img:' + imageKey(el) : 'text:' + el.textContent);
+    }
+    return parts.join('\\n');
+}"""
+
+
+def _settled_snapshot(page, handle) -> str:
+    """The snapshot once no image is still decoding."""
+    page.wait_for_function(
+        f"(h) => !({SNAPSHOT_JS})(h).includes('img:loading')", arg=handle.element_handle(), timeout=10_000
+    )
+    return handle.evaluate(SNAPSHOT_JS)
+
+
+@pytest.mark.parametrize("page", WIDGET_PAGES)
+def test_every_widget_responds_without_kernel(visit, page):
+    v = visit(page)
+    n_views = v.page.locator(f'script[type="{WIDGET_VIEW}"]').count()
+    assert n_views > 0
+    handles = v.page.locator(".widget-slider .noUi-handle")
+    handles.first.wait_for(state="visible", timeout=30_000)
+    v.page.wait_for_timeout(500)
+    n = handles.count()
+    assert n > 0, f"{page}: no slider rendered for {n_views} widget views"
+    for i in range(n):
+        handle = handles.nth(i)
+        handle.scroll_into_view_if_needed()
+        before = _settled_snapshot(v.page, handle)
+        assert before, f"{page}: slider {i} shows nothing"
+        handle.focus()
+        handle.press("End")  # keyboard: the slider's last position
+        try:
+            v.page.wait_for_function(
+                f"([h, b]) => {{ const s = ({SNAPSHOT_JS})(h); return s !== b && !s.includes('img:loading'); }}",
+                arg=[handle.element_handle(), before],
+                timeout=10_000,
+            )
+        except Exception as exc:  # playwright TimeoutError
+            raise AssertionError(f"{page}: slider {i} moved but the widget still shows the same") from exc
+        handle.press("Home")  # and back: the first frame again
+        try:
+            v.page.wait_for_function(
+                f"([h, b]) => ({SNAPSHOT_JS})(h) === b", arg=[handle.element_handle(), before], timeout=10_000
+            )
+        except Exception as exc:
+            raise AssertionError(f"{page}: slider {i} moved back but the first frame did not return") from exc
+    assert not v.errors, f"{page}: JavaScript errors while moving sliders: {v.errors}"
+    assert not v.outside, f"{page}: requests left the machine: {v.outside}"
