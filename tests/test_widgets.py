@@ -33,7 +33,7 @@ def test_frame_player_links_slider_to_stack():
     assert len(stack.children) == 3 and all(isinstance(c, w.Image) for c in stack.children)
     assert len({c.value for c in stack.children}) == 3  # distinct frames
     (link,) = box.links
-    assert isinstance(link, w.Link)  # a browser-side link (jslink): works with no kernel
+    assert isinstance(link, w.widgets.widget_link.Link)  # a browser-side link (jslink): no kernel needed
     assert link.source == (slider, "index") and link.target == (stack, "selected_index")
     assert stack.selected_index == slider.index == 0
 
