@@ -1,7 +1,7 @@
 """A drop-in ``nn.MultiheadAttention`` whose per-head query and key projections are Stiefel frames.
 
 :class:`StiefelMultiheadAttention` takes the constructor and ``forward`` arguments of
-:class:`torch.nn.MultiheadAttention` and returns the same ``(output, weights)`` pair. The query and
+``torch.nn.MultiheadAttention`` and returns the same ``(output, weights)`` pair. The query and
 key in-projections are stored per head as wide frames of shape ``(num_heads, head_dim, embed_dim)``:
 head ``h``'s block of rows of ``nn.MultiheadAttention``'s ``in_proj_weight``, with orthonormal rows
 (the library's orientation rule). :func:`convert_attention` swaps every ``nn.MultiheadAttention``
@@ -43,7 +43,7 @@ def _additive(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
 
 
 class StiefelMultiheadAttention(nn.Module):
-    r"""Multi-head attention with the signature of :class:`torch.nn.MultiheadAttention` and Stiefel
+    r"""Multi-head attention with the signature of ``torch.nn.MultiheadAttention`` and Stiefel
     query/key frames.
 
     For queries ``x_i``, keys ``y_j`` and head ``h`` with frames ``Q_h, K_h`` of shape
