@@ -223,7 +223,7 @@ def param_groups(
     frame_options: dict[str, Any] | None = None,
     qk_options: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Split a model's trainable parameters into named param groups for :class:`StiefelAdam`.
+    """Split a model's trainable parameters into named param groups for :class:`~stiefel_mini.optim.StiefelAdam`.
 
     * ``"frames"``: Stiefel frames (``stiefel=True``, plus ``frame_options``, e.g. ``lr``);
     * ``"qk"``: Q/K weights of attention modules built with ``stiefel=False``, decayed like other
