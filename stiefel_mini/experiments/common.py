@@ -442,17 +442,6 @@ class ProjectedAdamW(torch.optim.AdamW):
         return loss
 
 
-def _qk_params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    """All Q/K projections of the library's attention modules inside ``model``."""
-    from stiefel_mini.attention import StiefelSelfAttention
-
-    out: list[torch.nn.Parameter] = []
-    for m in model.modules():
-        if isinstance(m, StiefelSelfAttention):
-            out.extend(m.qk_parameters())
-    return out
-
-
 def make_optimizer(model: torch.nn.Module, arm: str | Arm, cfg: Any) -> torch.optim.Optimizer:
     """The optimiser of ``arm`` for ``model`` (built with ``stiefel=arm_spec(arm).stiefel_module``).
 
@@ -464,7 +453,7 @@ def make_optimizer(model: torch.nn.Module, arm: str | Arm, cfg: Any) -> torch.op
     ``requires_grad=False`` and left out of the optimiser, so they stay exactly at initialisation.
     Every group carries a ``"name"`` ("frames", "qk", "decay", "no_decay").
     """
-    from stiefel_mini.attention import param_groups
+    from stiefel_mini.attention import param_groups, qk_parameters
     from stiefel_mini.optim import StiefelAdam
 
     spec = arm_spec(arm)
@@ -475,11 +464,11 @@ def make_optimizer(model: torch.nn.Module, arm: str | Arm, cfg: Any) -> torch.op
     frame_lr = getattr(cfg, "frame_lr", None)
     frame_lr = lr if frame_lr is None else float(frame_lr)
 
-    qk = _qk_params(model)
+    qk = list(qk_parameters(model))
     if spec.qk in ("frozen", "none"):
         for p in qk:
             p.requires_grad_(False)
-    groups = param_groups(model, lr=lr, weight_decay=wd)
+    groups = param_groups(model, weight_decay=wd)
     qk_ids = {id(p) for p in qk}
     out: list[dict] = []
     for g in groups:
