@@ -200,6 +200,25 @@ def evaluate(model: PatchViT, x: torch.Tensor, y: torch.Tensor, device: torch.de
     return correct / x.shape[0], loss_sum / x.shape[0]
 
 
+def train_step(model: PatchViT, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               gen: torch.Generator, augment: bool, autocast: bool) -> torch.Tensor:
+    """One optimiser step on uint8 images ``x`` (B, 3, 32, 32) and labels ``y`` (B,); returns the loss.
+
+    The forward pass runs under bf16 autocast when ``autocast``; the loss, the gradients and the
+    optimiser's arithmetic stay in float32 (the weights are float32).
+    """
+    if augment:
+        x = cifar_data.augment(x, gen)
+    x = cifar_data.normalize(x)
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+        logits = model(x)
+    loss = F.cross_entropy(logits.float(), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
 def qk_vector(model: PatchViT) -> torch.Tensor:
     """All Q/K weights of the model as one flat float32 vector (a copy)."""
     return torch.cat([p.detach().float().flatten() for p in model.qk_parameters()])
@@ -264,20 +283,12 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     step = 0
     for epoch in range(cfg.epochs):
         for batch in cifar_data.epoch_batches(train_x.shape[0], cfg.batch_size, gen):
-            xb = train_x[batch.to(device)]
-            if cfg.augment:
-                xb = cifar_data.augment(xb, gen)
-            xb = cifar_data.normalize(xb)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                logits = model(xb)
-            loss = F.cross_entropy(logits.float(), train_y[batch.to(device)])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
             before = qk_vector(model)
-            optimizer.step()
+            batch = batch.to(device)
+            loss = train_step(model, optimizer, train_x[batch], train_y[batch], gen, cfg.augment, autocast)
             scheduler.step()
             qk_step = torch.linalg.vector_norm(qk_vector(model) - before)
-            loss_sum += loss.detach()
+            loss_sum += loss
             step_sum += qk_step
             step_sum_all += qk_step
             window += 1
