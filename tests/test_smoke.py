@@ -1,0 +1,75 @@
+"""Import smoke tests: the torch / torchvision pair and stiefel_mini's public API.
+
+A mismatched torch / torchvision pair often imports fine and fails only when a compiled torchvision
+operator runs, so one is run here (nms on two boxes).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+
+def test_torch_and_torchvision_work_together():
+    import torch
+    import torchvision
+
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0], [1.0, 1.0, 11.0, 11.0]])
+    scores = torch.tensor([0.6, 0.9])
+    keep = torchvision.ops.nms(boxes, scores, iou_threshold=0.5)  # IoU 81/119 = 0.68 > 0.5
+    assert keep.tolist() == [1]
+    keep = torchvision.ops.nms(boxes, scores, iou_threshold=0.9)
+    assert keep.tolist() == [1, 0]
+    # torchvision's version names the torch it was built for, e.g. 0.29.1 <-> 2.14.1
+    tv_minor = int(torchvision.__version__.split(".")[1])
+    torch_minor = int(torch.__version__.split(".")[1])
+    assert tv_minor == torch_minor + 15, (torch.__version__, torchvision.__version__)
+
+
+def test_public_api():
+    import stiefel_mini
+
+    expected = {
+        "StiefelAdam",
+        "StiefelSelfAttention",
+        "param_groups",
+        "frame_parameters",
+        "qk_parameters",
+        "RETRACTIONS",
+        "retract",
+        "project",
+        "project_tangent",
+        "canonical_gradient",
+        "random_stiefel",
+        "orthogonality_error",
+    }
+    assert expected <= set(stiefel_mini.__all__)
+    for name in stiefel_mini.__all__:
+        assert hasattr(stiefel_mini, name), name
+    assert isinstance(stiefel_mini.__version__, str)
+    assert sorted(stiefel_mini.RETRACTIONS) == ["cayley", "exp", "polar", "qr"]
+    for mod in ("stiefel_mini.geometry", "stiefel_mini.optim", "stiefel_mini.attention"):
+        importlib.import_module(mod)
+
+
+def test_one_training_step_end_to_end():
+    import torch
+
+    from stiefel_mini import StiefelAdam, StiefelSelfAttention, orthogonality_error, param_groups
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(StiefelSelfAttention(16, 4), torch.nn.Linear(16, 3))
+    opt = StiefelAdam(param_groups(model, weight_decay=0.1), lr=1e-2)
+    x = torch.randn(2, 5, 16)
+    loss = model(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    attn = model[0]
+    assert orthogonality_error(attn.w_q.detach()).max() < 1e-5
+    assert orthogonality_error(attn.w_k.detach()).max() < 1e-5
+    assert torch.isfinite(model(x)).all()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(pytest.main([__file__, "-q"]))
