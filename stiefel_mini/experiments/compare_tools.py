@@ -1,0 +1,255 @@
+"""Tools for training orthonormal frames, measured side by side on one model in one run.
+
+The model is the query/key path of one attention layer, ``softmax(x W_Q (x W_K)^T / sqrt(p)) x``,
+with ``n_heads`` frames ``W_Q^h, W_K^h`` in St(d_model, d_head) (256 x 64 by default), fitted to a
+teacher of the same form by mean squared error. Every tool starts from the same frames, sees the same
+batches and runs the same number of steps at the same learning rate:
+
+* ``stiefel_mini``: :class:`stiefel_mini.optim.StiefelAdam` (per-frame scalar second moment, polar
+  retraction, trust cap).
+* ``geoopt``: ``geoopt.optim.RiemannianAdam`` on ``geoopt.ManifoldParameter(manifold=geoopt.Stiefel())``
+  (canonical metric, Cayley retraction).
+* ``torch_orthogonal``: ``torch.nn.utils.parametrizations.orthogonal`` (Householder map for
+  non-square matrices), trained with ``torch.optim.AdamW``.
+* ``geotorch``: ``geotorch.orthogonal`` (matrix exponential, dynamic trivialization), with AdamW.
+* ``muon``: :class:`Muon`, momentum orthogonalised by a Newton-Schulz iteration; the weights
+  themselves are not constrained.
+* ``adamw``: ``torch.optim.AdamW`` on unconstrained weights, for reference.
+
+Reference: Becigneul & Ganea (2019) and Kochurov et al. (2020) for geoopt; Lezcano-Casado (2019),
+"Trivializations for gradient-based optimization on manifolds" for geotorch; Jordan et al. (2024),
+"Muon: an optimizer for hidden layers in neural networks".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from stiefel_mini.attention import param_groups
+from stiefel_mini.geometry import orthogonality_error, random_stiefel
+from stiefel_mini.optim import StiefelAdam
+
+__all__ = ["TOOLS", "QKAttention", "Muon", "newton_schulz", "run_tool", "compare", "format_table"]
+
+TOOLS = ("stiefel_mini", "geoopt", "torch_orthogonal", "geotorch", "muon", "adamw")
+
+
+class QKAttention(nn.Module):
+    r"""Attention with identity values: ``y = mean_h softmax(x W_Q^h (x W_K^h)^T / sqrt(p)) x``.
+
+    Only the tall frames ``w_q``, ``w_k`` of shape ``(n_heads, d_model, d_head)`` are trained, so
+    every tool below acts on exactly the same tensors. Shapes: ``(B, T, d_model)`` -> same.
+    """
+
+    def __init__(self, d_model: int = 256, d_head: int = 64, n_heads: int = 2, *, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.w_q = nn.Parameter(random_stiefel(n_heads, d_model, d_head, generator=g))
+        self.w_k = nn.Parameter(random_stiefel(n_heads, d_model, d_head, generator=g))
+
+    def frames(self) -> list[Tensor]:
+        return [self.w_q, self.w_k]
+
+    def forward(self, x: Tensor) -> Tensor:
+        xh = x.unsqueeze(1)  # (B, 1, T, d)
+        q, k = xh @ self.w_q, xh @ self.w_k  # (B, H, T, p)
+        attn = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)  # (B, H, T, T)
+        return (attn @ xh).mean(dim=1)  # (B, T, d)
+
+
+def newton_schulz(G: Tensor, steps: int = 5) -> Tensor:
+    """Approximate orthogonal polar factor ``U V^T`` of ``G = U S V^T`` by a quintic iteration.
+
+    ``X <- a X + (b A + c A^2) X`` with ``A = X X^T``, from ``X = G / ||G||_F``, on the wide
+    orientation (fewer rows) so that ``A`` is the small Gram matrix. The coefficients
+    ``(a, b, c) = (3.4445, -4.7750, 2.0315)`` push every singular value into roughly [0.7, 1.2]
+    in five steps rather than converging exactly, which is all an update direction needs.
+
+    Shapes: ``(..., r, c)`` -> ``(..., r, c)``. Reference: Jordan et al. (2024), "Muon".
+    """
+    a, b, c = 3.4445, -4.7750, 2.0315
+    tall = G.shape[-2] > G.shape[-1]
+    X = G.mT if tall else G  # (..., min, max)
+    X = X / (torch.linalg.matrix_norm(X, keepdim=True) + 1e-7)
+    for _ in range(steps):
+        A = X @ X.mT  # (..., min, min)
+        X = a * X + (b * A + c * A @ A) @ X
+    return X.mT if tall else X
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon: SGD with Nesterov momentum whose update is orthogonalised per matrix.
+
+    ``B <- mu B + G``, ``O = NS(G + mu B)``, ``W <- (1 - lr wd) W - lr sqrt(max(1, r/c)) O`` for each
+    ``(..., r, c)`` matrix, with ``NS`` the Newton-Schulz iteration :func:`newton_schulz`. The
+    weights are not kept on any manifold: it is the *step* that is (nearly) orthogonal.
+
+    Reference: Jordan et al. (2024), "Muon: an optimizer for hidden layers in neural networks";
+    decoupled weight decay as in Liu et al. (2025), "Muon is scalable for LLM training".
+    """
+
+    def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.mul_(mu).add_(p.grad)
+                update = newton_schulz(p.grad + mu * buf)
+                p.mul_(1 - lr * wd).add_(update, alpha=-lr * max(1.0, p.shape[-2] / p.shape[-1]) ** 0.5)
+
+
+def _setup(tool: str, model: QKAttention, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """Attach ``tool`` to the model's frames (in place) and return its optimizer."""
+    if tool == "stiefel_mini":
+        return StiefelAdam(param_groups(model, frame_options={"weight_decay": weight_decay}), lr=lr)
+    if tool == "geoopt":
+        import geoopt
+
+        manifold = geoopt.Stiefel()  # canonical metric
+        model.w_q = geoopt.ManifoldParameter(model.w_q.data, manifold=manifold)
+        model.w_k = geoopt.ManifoldParameter(model.w_k.data, manifold=manifold)
+        return geoopt.optim.RiemannianAdam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    if tool in ("torch_orthogonal", "geotorch"):
+        start = [w.detach().clone() for w in model.frames()]
+        for name, w0 in zip(("w_q", "w_k"), start):
+            if tool == "torch_orthogonal":
+                nn.utils.parametrizations.orthogonal(model, name)  # starts at the current weight
+            else:
+                import geotorch
+
+                geotorch.orthogonal(model, name)  # samples a random start ...
+                setattr(model, name, w0)  # ... so set it to the common one
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    if tool == "muon":
+        return Muon(model.parameters(), lr=lr, weight_decay=weight_decay)
+    if tool == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    raise ValueError(f"unknown tool {tool!r}; choose one of {TOOLS}")
+
+
+def _frames(model: QKAttention) -> Tensor:
+    """The current frames (parametrizations evaluated), ``(2 n_heads, d_model, d_head)`` float64."""
+    with torch.no_grad():
+        return torch.cat([model.w_q, model.w_k]).double()
+
+
+def run_tool(
+    tool: str,
+    *,
+    steps: int = 60,
+    lr: float = 1e-3,
+    weight_decay: float = 0.0,
+    dtype: torch.dtype = torch.float32,
+    batch: int = 8,
+    seq: int = 16,
+    full_batch: bool = False,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train the frames of a :class:`QKAttention` with one tool and measure what happened.
+
+    Every step draws a new batch, or reuses one batch if ``full_batch`` (deterministic gradients,
+    so that momentum does not average noise away and step lengths show the optimizer alone).
+
+    Returns a dict with ``ms_per_step`` (median wall time of forward, backward and update),
+    ``step_over_lr`` (median over steps 2.. and frames of ``||W_{t+1} - W_t||_F / lr``),
+    ``first_step_over_lr`` (the same for step 1, before any averaging in the moments), ``drift``
+    (final ``max ||W^T W - I||_F``), ``loss`` (last training loss), ``frames`` (final frames,
+    float64) and ``error`` (``None``, or the exception's message if the tool failed).
+    """
+    model = QKAttention(seed=seed)
+    teacher = QKAttention(seed=seed + 1)
+    out: dict[str, Any] = {"tool": tool, "error": None}
+    g = torch.Generator().manual_seed(seed + 2)
+    data = [torch.randn(batch, seq, model.w_q.shape[1], generator=g) for _ in range(1 if full_batch else steps)]
+    data = data * steps if full_batch else data
+    with torch.no_grad():
+        targets = [teacher(x) for x in data]
+    try:
+        model.to(dtype)
+        opt = _setup(tool, model, lr, weight_decay)
+        times, moves, prev = [], [], _frames(model)
+        for x, y in zip(data, targets):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = (model(x.to(dtype)).float() - y).square().mean()
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+            now = _frames(model)
+            moves.append(torch.linalg.matrix_norm(now - prev).median().item() / lr)
+            prev = now
+    except Exception as e:  # reported in the table: some tools have no bf16 kernels
+        out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        return out
+    out.update(
+        ms_per_step=1e3 * statistics.median(times),
+        step_over_lr=statistics.median(moves[1:]),
+        first_step_over_lr=moves[0],
+        drift=orthogonality_error(prev).max().item(),
+        loss=loss.item(),
+        frames=prev,
+    )
+    return out
+
+
+def compare(
+    tools: tuple[str, ...] = TOOLS,
+    *,
+    steps: int = 60,
+    lr: float = 1e-3,
+    weight_decay: float = 0.1,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """One row per tool: float32 run, the same run with ``weight_decay``, and a bf16-weights run.
+
+    Row keys: ``tool``, ``ms_per_step``, ``step_over_lr``, ``drift``, ``loss`` (float32 run, no
+    decay); ``wd_change`` (``||W_wd - W||_F / ||W||_F`` between the final frames with and without
+    decay, 0 when decay does nothing), ``wd_norm`` (mean ``||W_wd||_F / sqrt(d_head)``: 1 on the
+    manifold, below 1 if decay shrinks the weights); ``bf16_drift`` and ``bf16_error``.
+    """
+    rows = []
+    for tool in tools:
+        base = run_tool(tool, steps=steps, lr=lr, seed=seed)
+        if base["error"]:
+            raise RuntimeError(f"{tool} failed in float32: {base['error']}")
+        wd = run_tool(tool, steps=steps, lr=lr, weight_decay=weight_decay, seed=seed)
+        bf16 = run_tool(tool, steps=steps, lr=lr, dtype=torch.bfloat16, seed=seed)
+        W, W_wd = base["frames"], wd["frames"]
+        rows.append(
+            {
+                **{k: base[k] for k in ("tool", "ms_per_step", "step_over_lr", "drift", "loss")},
+                "wd_change": (torch.linalg.norm(W_wd - W) / torch.linalg.norm(W)).item(),
+                "wd_norm": (torch.linalg.matrix_norm(W_wd) / math.sqrt(W.shape[-1])).mean().item(),
+                "bf16_drift": None if bf16["error"] else bf16["drift"],
+                "bf16_error": bf16["error"],
+            }
+        )
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`compare` as a fixed-width text table."""
+    head = (
+        f"{'tool':<17}{'ms/step':>9}{'|dW|/lr':>9}{'drift':>10}{'loss':>8}"
+        f"{'wd: dW/W':>10}{'wd: |W|':>9}  {'bf16 weights: drift or error'}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        bf16 = f"{r['bf16_drift']:.1e}" if r["bf16_error"] is None else r["bf16_error"]
+        lines.append(
+            f"{r['tool']:<17}{r['ms_per_step']:>9.1f}{r['step_over_lr']:>9.2f}{r['drift']:>10.1e}"
+            f"{r['loss']:>8.4f}{r['wd_change']:>10.1e}{r['wd_norm']:>9.3f}  {bf16}"
+        )
+    return "\n".join(lines)
