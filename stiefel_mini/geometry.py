@@ -31,6 +31,7 @@ __all__ = [
     "normal_component",
     "tangent_error",
     "polar_retraction",
+    "polar_factor",
     "qr_retraction",
     "cayley_retraction",
     "exp_retraction",
@@ -129,26 +130,68 @@ def tangent_error(W: Tensor, V: Tensor) -> Tensor:
 
 
 def _inv_sqrt_psd(S: Tensor) -> Tensor:
-    """``S^{-1/2}`` of symmetric positive definite ``(..., p, p)`` matrices via ``eigh``."""
-    evals, evecs = torch.linalg.eigh(S)
-    return (evecs * evals.rsqrt().unsqueeze(-2)) @ evecs.mT
+    """``S^{-1/2}`` of symmetric positive definite ``(..., p, p)`` matrices.
+
+    Near the identity, ``S = I + E`` with ``||E||_F <= 1/4`` (the case for ``S = I + V^T V`` after a
+    step of moderate size), the binomial series
+
+    ``(I + E)^{-1/2} = sum_k binom(-1/2, k) E^k = I - E/2 + 3E^2/8 - 5E^3/16 + ...``
+
+    is summed by Horner's rule up to the degree ``d`` at which the remainder, at most
+    ``||E||^(d+1) / (1 - ||E||)``, falls below the unit roundoff: matrix products only, and none
+    at all for the smallest steps. Farther from the identity a symmetric eigendecomposition is
+    used instead.
+
+    Reference: Higham (2008), "Functions of Matrices", section 5.3 and chapter 6.
+    """
+    eye = torch.eye(S.shape[-1], dtype=S.dtype, device=S.device)
+    E = S - eye
+    delta = torch.linalg.matrix_norm(E).max().item() if S.numel() else 0.0
+    if delta > 0.25:
+        evals, evecs = torch.linalg.eigh(S)
+        return (evecs * evals.rsqrt().unsqueeze(-2)) @ evecs.mT
+    unit_roundoff = torch.finfo(S.dtype).eps / 2
+    degree = 1
+    while delta ** (degree + 1) > unit_roundoff * (1 - delta):
+        degree += 1
+    coeffs = [1.0]
+    for k in range(1, degree + 1):
+        coeffs.append(coeffs[-1] * -(2 * k - 1) / (2 * k))
+    Z = coeffs[degree] * E
+    for c in reversed(coeffs[1:degree]):
+        Z = E @ (Z + c * eye)
+    return Z + eye
 
 
 @_tall
 def polar_retraction(W: Tensor, V: Tensor) -> Tensor:
     """Polar retraction: the closest frame to ``W + V`` in Frobenius norm.
 
-    ``R(W, V) = (W + V) ((W + V)^T (W + V))^{-1/2}``.  For tangent V and an exact frame W,
-    ``(W + V)^T (W + V) = I + V^T V``, so only a p x p symmetric eigenproblem is solved. The Gram
+    ``R(W, V) = polar(W + V) = (W + V) ((W + V)^T (W + V))^{-1/2}``.  For tangent V and an exact
+    frame W, ``(W + V)^T (W + V) = I + V^T V``, so only a p x p problem is solved. The Gram
     matrix is formed from ``W + V`` itself rather than assumed to be ``I + V^T V``, so the result
-    is orthonormal to working precision even when W has drifted slightly. Second order:
+    is orthonormal to working precision even when W has drifted slightly. The inverse square root
+    uses a binomial series summed to working precision near the identity (matrix products only)
+    and an eigendecomposition otherwise. Second order:
     ``R(W, tV) = W + tV + O(t^2)`` with a second-order term normal to the manifold.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Absil et al. (2008), example 4.1.3; Absil & Malick (2012), "Projection-like
     retractions on matrix manifolds".
     """
-    M = W + V
+    return polar_factor(W + V)
+
+
+@_tall
+def polar_factor(M: Tensor) -> Tensor:
+    """Orthogonal polar factor of a full-rank ``M``: ``M (M^T M)^{-1/2}``, the closest frame to M.
+
+    Cheap near a frame (``M^T M`` close to ``I``, see :func:`polar_retraction`); for arbitrary
+    matrices :func:`project` (through the SVD) also checks the rank.
+
+    Shapes: ``(..., n, p)`` -> ``(..., n, p)``.
+    Reference: Higham (2008), "Functions of Matrices", theorem 8.4.
+    """
     return M @ _inv_sqrt_psd(M.mT @ M)
 
 

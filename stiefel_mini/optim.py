@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch.optim.adam import adam as _adam_functional
 
-from .geometry import RETRACTIONS, canonical_gradient, is_wide, project_tangent, retract
+from .geometry import RETRACTIONS, canonical_gradient, is_wide, polar_factor, project_tangent, retract, sym
 
 __all__ = ["StiefelAdam", "SECOND_MOMENTS", "PROJECTORS"]
 
@@ -18,16 +18,41 @@ SECOND_MOMENTS = ("frame", "column", "element")
 PROJECTORS = ("euclidean", "canonical", "none")
 
 
-def riemannian_gradient(W: Tensor, G: Tensor, projector: str) -> Tensor:
-    """The direction the frame update is built from: ``P_W(G)``, ``G - W G^T W`` or ``G`` itself.
+def first_moment_update(
+    W: Tensor, G: Tensor, m: Tensor, beta1: float, projector: str, mode: str
+) -> tuple[Tensor, Tensor]:
+    r"""Transport the first moment to ``T_W``, update it, and return the second-moment sample.
 
-    Shapes: W, G ``(B, n, p)`` tall frames -> ``(B, n, p)``.
+    ``m <- beta1 P_W(m) + (1 - beta1) xi`` with ``xi`` the projected gradient. ``m`` was formed at
+    the previous point; re-projecting it at W is its transport. For the Euclidean projector the two
+    projections merge, because ``P_W`` is linear: ``m <- P_W(beta1 m + (1 - beta1) G)``, and the
+    second-moment sample follows from ``A = W^T G`` alone, since ``||P_W(G)||_F^2 = ||G||_F^2 -
+    ||sym(A)||_F^2`` (and column-wise ``||xi_j||^2 = ||G_j||^2 - 2 <A_j, S_j> + ||S_j||^2`` with
+    ``S = sym(A)``), so ``xi`` is never formed unless the per-element moment needs it.
+
+    ``m`` is updated in place. Shapes: W, G, m ``(B, n, p)``; returns ``(m, sample)`` with the
+    sample shaped as :func:`second_moment_sample` returns it.
     """
-    if projector == "euclidean":
-        return project_tangent(W, G)
+    if projector == "none":
+        return m.mul_(beta1).add_(G, alpha=1 - beta1), second_moment_sample(G, mode)
     if projector == "canonical":
-        return canonical_gradient(W, G)
-    return G
+        xi = canonical_gradient(W, G)
+        m = project_tangent(W, m).mul_(beta1).add_(xi, alpha=1 - beta1)
+        return m, second_moment_sample(xi, mode)
+    n, p = W.shape[-2:]
+    A = W.mT @ G  # (B, p, p)
+    S = sym(A)
+    m.mul_(beta1).add_(G, alpha=1 - beta1)
+    m.baddbmm_(W, sym(W.mT @ m), alpha=-1.0)  # m <- P_W(m), in place
+    if mode == "frame":
+        sample = G.square().sum(dim=(-2, -1), keepdim=True) - S.square().sum(dim=(-2, -1), keepdim=True)
+    elif mode == "column":
+        col = G.square().sum(dim=-2, keepdim=True) - 2 * (A * S).sum(dim=-2, keepdim=True)
+        sample = p * (col + S.square().sum(dim=-2, keepdim=True))
+    else:
+        return m, second_moment_sample(G - W @ S, mode)
+    # The identity subtracts nearly equal numbers when G is almost normal to the manifold.
+    return m, sample.clamp_min(0.0)
 
 
 def second_moment_sample(xi: Tensor, mode: str) -> Tensor:
@@ -56,8 +81,12 @@ def cap_step(step: Tensor, max_step: float | None) -> Tensor:
     """
     if max_step is None:
         return step
-    norm = torch.linalg.matrix_norm(step, keepdim=True)  # (B, 1, 1)
-    return step * (max_step / norm.clamp_min(max_step)).clamp(max=1.0)
+    return step * cap_factor(torch.linalg.matrix_norm(step, keepdim=True), max_step)
+
+
+def cap_factor(length: Tensor, max_step: float) -> Tensor:
+    """``min(1, max_step / length)``: the factor that shortens a step of Frobenius ``length``."""
+    return max_step / length.clamp_min(max_step)
 
 
 def _to_tall(t: Tensor, wide: bool) -> Tensor:
@@ -95,6 +124,9 @@ class StiefelAdam(torch.optim.Optimizer):
         W_{t+1} &= \mathrm{polar}(W_t + S_t) = (W_t + S_t)\big((W_t+S_t)^\top (W_t+S_t)\big)^{-1/2}
             && \text{(``retraction'')} \\
         m_t &\leftarrow P_{W_{t+1}}(m_t) && \text{transport by re-projection}
+
+    (The transport is applied at the start of the next step, where it merges with the projection
+    of the new gradient; ``state["exp_avg"]`` therefore holds ``m_t`` as formed at ``W_t``.)
 
     Because ``v`` is a squared Frobenius norm, ``D`` has Frobenius norm about 1 and each frame
     moves about ``lr`` per step, whatever the scale of the loss (a scale-free step).
@@ -183,6 +215,24 @@ class StiefelAdam(torch.optim.Optimizer):
         if group["stiefel"]:
             for p in group["params"]:
                 _check_frame_tensor(p)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load optimizer state as ``torch.optim.Optimizer`` does, keeping frame state in its precision.
+
+        ``Optimizer.load_state_dict`` casts floating state to each parameter's dtype; the state of a
+        bf16 / fp16 frame is kept in float32 (see the class docstring), so it is restored from the
+        saved tensors in that precision instead.
+        """
+        saved = state_dict["state"]
+        saved_ids = [pid for g in state_dict["param_groups"] for pid in g["params"]]
+        super().load_state_dict(state_dict)
+        params = [(p, g["stiefel"]) for g in self.param_groups for p in g["params"]]
+        for pid, (p, is_frame) in zip(saved_ids, params):
+            if is_frame and pid in saved:
+                for key in ("exp_avg", "exp_avg_sq"):
+                    self.state[p][key] = saved[pid][key].to(
+                        dtype=_compute_dtype(p.dtype), device=p.device, copy=True
+                    )
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
@@ -278,20 +328,31 @@ class StiefelAdam(torch.optim.Optimizer):
 
         for s in states:
             s["step"] += 1
-        step_t = torch.cat([s["step"].expand(c) for s, c in zip(states, counts)]).view(-1, 1, 1)
+        step_t = torch.cat([s["step"].expand(c) for s, c in zip(states, counts)]).to(dtype).view(-1, 1, 1)
         bias1 = 1 - beta1**step_t
         bias2_sqrt = (1 - beta2**step_t).sqrt()
 
-        xi = riemannian_gradient(W, G, projector)
-        m.mul_(beta1).add_(xi, alpha=1 - beta1)
-        v.mul_(beta2).add_(second_moment_sample(xi, group["second_moment"]), alpha=1 - beta2)
-        D = (m / bias1) / (v.sqrt() / bias2_sqrt + eps)
-        if group["second_moment"] != "frame" and projector != "none":
-            # Uneven rescaling leaves the tangent space; a per-frame scalar does not.
-            D = project_tangent(W, D)
-        W_new = retract(W, cap_step(-lr * D, group["max_step"]), group["retraction"])
-        if projector != "none":
-            m = project_tangent(W_new, m)
+        m, xi_sq = first_moment_update(W, G, m, beta1, projector, group["second_moment"])
+        v.mul_(beta2).add_(xi_sq, alpha=1 - beta2)
+        denom = v.sqrt() / bias2_sqrt + eps
+        if group["second_moment"] == "frame":
+            # D = m / (bias1 * denom) is m times one scalar per frame: it stays tangent, and the
+            # capped step is that scalar times m, one pass over the frame.
+            coef = lr / (bias1 * denom)  # (B, 1, 1)
+            if group["max_step"] is not None:
+                length = coef * torch.linalg.matrix_norm(m, keepdim=True)
+                coef = coef * cap_factor(length, group["max_step"])
+            step = m * -coef
+        else:
+            D = (m / bias1) / denom
+            if projector != "none":
+                # Uneven rescaling leaves the tangent space; a per-frame scalar does not.
+                D = project_tangent(W, D)
+            step = cap_step(-lr * D, group["max_step"])
+        if group["retraction"] == "polar":
+            W_new = polar_factor(step.add_(W))  # the step buffer becomes W + step
+        else:
+            W_new = retract(W, step, group["retraction"])
 
         for p, s, w, Wi, mi, vi in zip(
             ps, states, wides, W_new.split(counts), m.split(counts), v.split(counts)
