@@ -128,7 +128,7 @@ def test_math_renders(visit, page):
     assert not v.failed, v.failed
 
 
-# What a widget shows, outside its sliders: the pixels of visible images (hashed; views may recreate
+# What a widget shows, outside its controls: the pixels of visible images (hashed; views may recreate
 # their blob URLs) and visible text. A not-yet-decoded image reads as "loading" and is waited out.
 SNAPSHOT_JS = """(handle) => {
     const root = handle.closest('.cell_output') || handle.closest('.output') || document.body;
@@ -145,7 +145,7 @@ SNAPSHOT_JS = """(handle) => {
     };
     const parts = [];
     for (const el of root.querySelectorAll('img, .widget-html-content, pre')) {
-        if (el.closest('.widget-slider')) continue;
+        if (el.closest('.widget-slider, .widget-dropdown, .widget-toggle-buttons')) continue;
         if (!el.checkVisibility()) continue;
         parts.push(el.tagName === 'IMG' ? 'img:' + imageKey(el) : 'text:' + el.textContent);
     }
@@ -161,37 +161,82 @@ def _settled_snapshot(page, handle) -> str:
     return handle.evaluate(SNAPSHOT_JS)
 
 
+# The controls the test knows how to move: each entry is (CSS selector, how to move it to its last
+# position, how to move it back to its first position).
+def _slider_last(loc):
+    loc.focus()
+    loc.press("End")
+
+
+def _slider_first(loc):
+    loc.focus()
+    loc.press("Home")
+
+
+def _select_last(loc):
+    loc.select_option(index=loc.locator("option").count() - 1)
+
+
+def _select_first(loc):
+    loc.select_option(index=0)
+
+
+CONTROLS = [
+    (".widget-slider .noUi-handle", _slider_last, _slider_first),          # IntSlider, SelectionSlider, ...
+    (".widget-dropdown select", _select_last, _select_first),              # Dropdown
+    (".widget-toggle-buttons", lambda loc: loc.locator("button").last.click(),
+     lambda loc: loc.locator("button").first.click()),                      # ToggleButtons
+]
+
+RENDERED_JS = f"""() => Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]')).map(s => {{
+    const prev = s.previousElementSibling;
+    return !!(prev && prev.classList.contains('widget-subarea') && prev.children.length > 0);
+}})"""
+
+
+def _wait_changed(v, control, before, what):
+    try:
+        v.page.wait_for_function(
+            f"([h, b]) => {{ const s = ({SNAPSHOT_JS})(h); return s !== b && !s.includes('img:loading'); }}",
+            arg=[control.element_handle(), before],
+            timeout=10_000,
+        )
+    except Exception as exc:  # playwright TimeoutError
+        raise AssertionError(what) from exc
+
+
+def _wait_equal(v, control, before, what):
+    try:
+        v.page.wait_for_function(
+            f"([h, b]) => ({SNAPSHOT_JS})(h) === b", arg=[control.element_handle(), before], timeout=10_000
+        )
+    except Exception as exc:
+        raise AssertionError(what) from exc
+
+
 @pytest.mark.parametrize("page", WIDGET_PAGES)
 def test_every_widget_responds_without_kernel(visit, page):
     v = visit(page)
     n_views = v.page.locator(f'script[type="{WIDGET_VIEW}"]').count()
     assert n_views > 0
-    handles = v.page.locator(".widget-slider .noUi-handle")
-    handles.first.wait_for(state="visible", timeout=30_000)
+    # Every widget view in the page was rendered from the saved state (no kernel on this page).
+    v.page.wait_for_function(f"() => ({RENDERED_JS})().every(Boolean)", timeout=30_000)
     v.page.wait_for_timeout(500)
-    n = handles.count()
-    assert n > 0, f"{page}: no slider rendered for {n_views} widget views"
-    for i in range(n):
-        handle = handles.nth(i)
-        handle.scroll_into_view_if_needed()
-        before = _settled_snapshot(v.page, handle)
-        assert before, f"{page}: slider {i} shows nothing"
-        handle.focus()
-        handle.press("End")  # keyboard: the slider's last position
-        try:
-            v.page.wait_for_function(
-                f"([h, b]) => {{ const s = ({SNAPSHOT_JS})(h); return s !== b && !s.includes('img:loading'); }}",
-                arg=[handle.element_handle(), before],
-                timeout=10_000,
-            )
-        except Exception as exc:  # playwright TimeoutError
-            raise AssertionError(f"{page}: slider {i} moved but the widget still shows the same") from exc
-        handle.press("Home")  # and back: the first frame again
-        try:
-            v.page.wait_for_function(
-                f"([h, b]) => ({SNAPSHOT_JS})(h) === b", arg=[handle.element_handle(), before], timeout=10_000
-            )
-        except Exception as exc:
-            raise AssertionError(f"{page}: slider {i} moved back but the first frame did not return") from exc
-    assert not v.errors, f"{page}: JavaScript errors while moving sliders: {v.errors}"
+    moved = 0
+    for selector, to_last, to_first in CONTROLS:
+        controls = v.page.locator(selector)
+        for i in range(controls.count()):
+            control = controls.nth(i)
+            if not control.is_visible():
+                continue  # e.g. a control inside a Stack page that is not shown
+            control.scroll_into_view_if_needed()
+            before = _settled_snapshot(v.page, control)
+            assert before, f"{page}: control {selector} #{i} shows nothing"
+            to_last(control)
+            _wait_changed(v, control, before, f"{page}: {selector} #{i} moved but the widget shows the same")
+            to_first(control)
+            _wait_equal(v, control, before, f"{page}: {selector} #{i} moved back but its first view did not return")
+            moved += 1
+    assert moved > 0, f"{page}: {n_views} widget views but no control this test can move"
+    assert not v.errors, f"{page}: JavaScript errors while moving controls: {v.errors}"
     assert not v.outside, f"{page}: requests left the machine: {v.outside}"
