@@ -428,8 +428,10 @@ class ConversionReport:
                     f"  {layer.name:<{width}}  {layer.embed_dim:>4}  {layer.num_heads:>2}  "
                     f"{shape:<16}  {layer.q_polar_distance:>16.3f}  {layer.k_polar_distance:>16.3f}"
                 )
+        else:
+            lines.append("  no nn.MultiheadAttention found: nothing changed")
         lines += [f"  note: {note}" for note in self.notes]
-        if self.stiefel:
+        if self.stiefel and self.layers:
             lines.append(
                 f"  {self.num_frames} frames; V, output projections and biases copied unchanged"
             )
