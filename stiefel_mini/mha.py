@@ -54,7 +54,8 @@ class StiefelMultiheadAttention(nn.Module):
         \mathrm{out}_i = W_O \big[\textstyle\sum_j \mathrm{softmax}_j(\ell^h_{ij} + M_{ij})\,
         (W_V^h z_j + b^v_h)\big]_h + b_O,
 
-    with ``s_h = 1 / sqrt(head_dim)`` (``logit_scale="fixed"``, as in ``nn.MultiheadAttention``) or
+    with ``M`` the additive form of ``attn_mask`` and ``key_padding_mask``, values ``z_j``, and
+    ``s_h = 1 / sqrt(head_dim)`` (``logit_scale="fixed"``, as in ``nn.MultiheadAttention``) or
     a learned ``s_h = exp(tau_h)`` (``logit_scale="learned"``). Since ``Q_h`` and ``K_h`` are
     orthonormal, the Q/K path cannot rescale logits; a learned temperature gives that freedom back.
 
@@ -62,7 +63,7 @@ class StiefelMultiheadAttention(nn.Module):
     keeps the same parameters but unconstrained: then the module computes exactly what
     ``nn.MultiheadAttention`` computes with the same weights, and :meth:`frames` returns ``[]``.
 
-    Parameters (``E = embed_dim``, ``H = num_heads``, ``hd = E // H``):
+    Learned tensors (``E = embed_dim``, ``H = num_heads``, ``hd = E // H``):
 
     * ``q_weight`` ``(H, hd, E)`` and ``k_weight`` ``(H, hd, kdim)``: the frames;
     * ``q_bias``, ``k_bias`` ``(E,)`` (if ``bias``), ``v_proj`` ``Linear(vdim, E)``,
