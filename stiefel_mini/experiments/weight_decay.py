@@ -501,18 +501,22 @@ def widget_frame_html(history: dict[str, Any], i_wd: int, i_snap: int,
 
 def widget(history: dict[str, Any], *, arms: Sequence[str] = ("adamw", "stiefel"), dpi: int = 70):
     """The chapter's widget: a weight-decay slider and a training-step slider over frames rendered
-    from ``history`` (AdamW beside StiefelAdam). Works in static HTML with no kernel
-    (:func:`stiefel_mini.widgets.frame_grid_player`). The box carries the CSS class ``wd-widget``.
-    Identical images (StiefelAdam's across decays) are rendered once."""
+    from ``history`` (AdamW beside StiefelAdam) at the snapshot steps after step 0. Works in static
+    HTML with no kernel (:func:`stiefel_mini.widgets.frame_grid_player`); both sliders open at their
+    first position. The box carries the CSS class ``wd-widget``. Identical images (StiefelAdam's
+    across decays) are rendered once."""
     from stiefel_mini.widgets import frame_grid_player
 
     cfg = history["config"]
     snap_steps = history["runs"][arms[0]][0]["snapshots"]["step"]
+    # Step 0 is left out: before the first step no decay has acted, and the widget opens on its first
+    # column, which should already show what the decay does.
+    cols = [i for i, step in enumerate(snap_steps) if step > 0] or list(range(len(snap_steps)))
     cache: dict[str, bytes] = {}
     grid = []
     for i_wd in range(len(cfg.weight_decays)):
         row = []
-        for i_snap in range(len(snap_steps)):
+        for i_snap in cols:
             pngs = {}
             for arm in arms:
                 r = history["runs"][arm]
@@ -525,15 +529,8 @@ def widget(history: dict[str, Any], *, arms: Sequence[str] = ("adamw", "stiefel"
             row.append(widget_frame_html(history, i_wd, i_snap, pngs, arms=arms))
         grid.append(row)
     box = frame_grid_player(grid, row_labels=[f"{wd:g}" for wd in cfg.weight_decays],
-                            col_labels=[str(s) for s in snap_steps],
+                            col_labels=[str(snap_steps[i]) for i in cols],
                             row_description="weight decay", col_description="training step")
-    # Open at a trained state (the second-to-last snapshot): at step 0 no decay has acted yet, and
-    # the last snapshot stays reachable by moving the step slider forward. The slider-to-stack links
-    # run in the browser, so the Python side sets both ends.
-    start = max(0, len(snap_steps) - 2)
-    box.sliders[1].index = start
-    for inner in box.stack.children:
-        inner.selected_index = start
     box.add_class("wd-widget")
     return box
 

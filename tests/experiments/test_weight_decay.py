@@ -167,9 +167,11 @@ def test_widget_builds_a_static_grid(history):
     assert "wd-widget" in box._dom_classes
     wd_slider, step_slider = box.sliders
     assert list(wd_slider.options) == ["0", "1", "10"]
-    assert step_slider.index == 1 and all(s.selected_index == 1 for s in box.stack.children)
-    html_00 = box.stack.children[0].children[1].value
-    html_20 = box.stack.children[2].children[1].value
+    assert list(step_slider.options) == ["10", "30"]  # step 0 is left out
+    assert step_slider.index == 0 and all(s.selected_index == 0 for s in box.stack.children)
+    html_00 = box.stack.children[0].children[0].value
+    html_20 = box.stack.children[2].children[0].value
+    assert 'data-step="10"' in html_00
     img = re.compile(r'<img class="wd-image" data-arm="(\w+)" src="([^"]+)"')
     imgs_00, imgs_20 = dict(img.findall(html_00)), dict(img.findall(html_20))
     assert imgs_00["stiefel"] == imgs_20["stiefel"]  # the same bits draw the same picture
