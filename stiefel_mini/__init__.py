@@ -13,6 +13,7 @@ from .geometry import (
     random_stiefel,
     retract,
 )
+from .mha import StiefelMultiheadAttention, convert_attention
 from .optim import StiefelAdam
 
 __version__ = "0.1.0"
@@ -20,6 +21,8 @@ __version__ = "0.1.0"
 __all__ = [
     "StiefelAdam",
     "StiefelSelfAttention",
+    "StiefelMultiheadAttention",
+    "convert_attention",
     "param_groups",
     "frame_parameters",
     "qk_parameters",

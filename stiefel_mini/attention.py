@@ -112,6 +112,10 @@ class StiefelSelfAttention(nn.Module):
         """The parameters that are Stiefel frames: ``[w_q, w_k]``, or ``[]`` when ``stiefel=False``."""
         return [self.w_q, self.w_k] if self.stiefel else []
 
+    def qk_weights(self) -> list[nn.Parameter]:
+        """The query and key weights ``[w_q, w_k]``, frames or not (see :func:`qk_parameters`)."""
+        return [self.w_q, self.w_k]
+
     def scale(self) -> Tensor:
         """Per-head logit scale ``s_h``, shape ``(n_heads,)``."""
         if self.log_scale is not None:
@@ -209,11 +213,19 @@ def frame_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
 
 
 def qk_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
-    """The query/key weights of every :class:`StiefelSelfAttention` in ``model``, constrained or not."""
+    """The query/key weights of every attention module in ``model``, constrained or not.
+
+    A module takes part by defining ``qk_weights()``, as :class:`StiefelSelfAttention` and
+    :class:`~stiefel_mini.mha.StiefelMultiheadAttention` do.
+    """
+    seen: set[int] = set()
     for module in model.modules():
-        if isinstance(module, StiefelSelfAttention):
-            yield module.w_q
-            yield module.w_k
+        qk_weights = getattr(module, "qk_weights", None)
+        if callable(qk_weights):
+            for p in qk_weights():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
 
 
 def param_groups(

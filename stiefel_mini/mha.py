@@ -184,6 +184,14 @@ class StiefelMultiheadAttention(nn.Module):
         """
         return [self.q_weight, self.k_weight] if self.stiefel else []
 
+    def qk_weights(self) -> list[nn.Parameter]:
+        """The query and key weights ``[q_weight, k_weight]``, frames or not.
+
+        :func:`stiefel_mini.attention.param_groups` puts them in its ``"qk"`` group when
+        ``stiefel=False``.
+        """
+        return [self.q_weight, self.k_weight]
+
     def forward(
         self,
         query: Tensor,
