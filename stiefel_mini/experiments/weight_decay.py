@@ -443,7 +443,7 @@ def _arm_png(history: dict[str, Any], arm: str, i_wd: int, i_snap: int, dpi: int
     s = r["snapshots"]
     attn = s["attn"][i_snap].numpy()
     slot = history["show_batch"]["slot"].numpy()
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(5.6, 2.3), gridspec_kw={"width_ratios": [1.1, 1]})
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(5.2, 2.3), gridspec_kw={"width_ratios": [1.1, 1]})
     ax0.imshow(attn, vmin=0, vmax=1, cmap="viridis", aspect="auto")
     ax0.scatter(slot, range(len(slot)), marker="s", s=46, facecolors="none", edgecolors="red", lw=1.2)
     ax0.set_xticks(range(attn.shape[1]), [*map(str, range(1, attn.shape[1])), "q"])
@@ -452,9 +452,9 @@ def _arm_png(history: dict[str, Any], arm: str, i_wd: int, i_snap: int, dpi: int
     ax0.set_ylabel("8 examples")
     ax0.set_title("head 0: attention of the query", fontsize=9)
     steps = r["step"]
-    ax1.plot(steps, recs[0]["norm_q"], color="0.6", ls="--", lw=1, label=f"wd={cfg.weight_decays[0]:g}")
-    ax1.plot(steps, r["norm_q"], color="C0" if arm == "adamw" else "C2", lw=1.6,
-             label=f"wd={cfg.weight_decays[i_wd]:g}")
+    # No label names the decay: StiefelAdam's picture must be the same for every decay.
+    ax1.plot(steps, recs[0]["norm_q"], color="0.6", ls="--", lw=1, label=f"decay {cfg.weight_decays[0]:g}")
+    ax1.plot(steps, r["norm_q"], color="C0" if arm == "adamw" else "C2", lw=1.6, label="this decay")
     step = s["step"][i_snap]
     ax1.plot([step], [torch.linalg.matrix_norm(s["w_q"][i_snap]).mean().item()], "ko", ms=4)
     top = max(max(rr["norm_q"]) for rrs in history["runs"].values() for rr in rrs)
@@ -485,7 +485,7 @@ def widget_frame_html(history: dict[str, Any], i_wd: int, i_snap: int,
             img = f'<img class="wd-image" data-arm="{arm}" src="data:image/png;base64,{b64}" style="max-width:100%">'
         change = "0 (bitwise equal)" if n["max_change"] == 0.0 else f"{n['max_change']:.4e}"
         cols.append(
-            f'<div style="flex:1 1 22rem;min-width:18rem">{img}'
+            f'<div style="flex:1 1 0;min-width:15rem">{img}'
             f'<div class="wd-readout" data-arm="{arm}" style="font-family:monospace;font-size:0.85em">'
             f"<b>{html.escape(ARM_TITLES[arm])}</b>, wd = {cfg.weight_decays[i_wd]:g}, step {step}<br>"
             f'mean ||W_Q^h||_F = <span data-key="norm_q">{n["norm_q"]:.6f}</span><br>'
