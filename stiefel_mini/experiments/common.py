@@ -577,8 +577,7 @@ def bootstrap_ci(xs: Iterable[float], stat: Callable[[np.ndarray], float] = np.m
     idx = rng.integers(0, x.size, size=(n_boot, x.size))
     with np.errstate(invalid="ignore"):
         boots = np.apply_along_axis(stat, 1, x[idx])
-    lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
-    return (float(lo), float(hi))
+    return (_quantile(boots, (1 - level) / 2), _quantile(boots, (1 + level) / 2))
 
 
 def t_ci(xs: Iterable[float]) -> tuple[float, float]:

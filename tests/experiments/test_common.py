@@ -119,6 +119,8 @@ def test_confidence_intervals():
     assert math.isclose(hi - 3, 2.776 * np.std(x, ddof=1) / math.sqrt(5), rel_tol=1e-6)
     lo, hi = common.bootstrap_ci(x, seed=1)
     assert 1 <= lo <= 3 <= hi <= 5
+    lo, hi = common.bootstrap_ci([1.0, math.inf, math.inf], seed=0)
+    assert lo == 1.0 and math.isinf(hi)
     c = common.compare([1, 2, 3], [0, 1, 5])
     assert c["differences"] == [-1, -1, 2] and c["wins"]["wins"] == 2
 
