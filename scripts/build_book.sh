@@ -3,10 +3,10 @@
 #
 #   bash scripts/build_book.sh            # full build (what CI runs and what readers get)
 #
-# Steps: npm ci (pinned MathJax + ipywidgets HTML manager from package-lock.json), copy those assets
-# into _build/offline_static/offline/ (Sphinx serves them as _static/offline/), then
-# `jupyter-book build . -W -n --keep-going`, which executes every notebook (execute_notebooks: force)
-# and fails on any error or warning. Prints the wall-clock build time.
+# Steps: npm ci (pinned MathJax + ipywidgets HTML manager from package-lock.json; the book's Sphinx
+# extension book/_ext/book_assets.py copies them to _build/offline_static/offline/, served as
+# _static/offline/), then `jupyter-book build . -W -n --keep-going`, which executes every notebook
+# (execute_notebooks: force) and fails on any error or warning. Prints the wall-clock build time.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,14 +20,7 @@ if [[ ! -d node_modules/mathjax || ! -d node_modules/@jupyter-widgets/html-manag
   npm ci --no-audit --no-fund --ignore-scripts
 fi
 
-VENDOR="_build/offline_static/offline"
-rm -rf "$VENDOR"
-mkdir -p "$VENDOR/mathjax" "$VENDOR/jupyter-widgets"
-# MathJax 3 (tex-mml-chtml.js finds its components and fonts relative to its own URL).
-cp -r node_modules/mathjax/es5/. "$VENDOR/mathjax/"
-# ipywidgets HTML manager: embed.js (no RequireJS needed) and the font files it references.
-HM=node_modules/@jupyter-widgets/html-manager/dist
-find "$HM" -maxdepth 1 -type f ! -name '*.map' -exec cp {} "$VENDOR/jupyter-widgets/" \;
+# (book/_ext/book_assets.py copies them into _build/offline_static/offline/ when the build starts.)
 
 # 2. Build. Threads are capped so a chapter's timings are those of the 2-core reference machine.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
