@@ -479,20 +479,45 @@ def _tangent_step(W0: torch.Tensor, W1: torch.Tensor) -> torch.Tensor:
     return tangent(W0, W1 - W0)
 
 
-def test_per_frame_first_step_has_length_lr_and_is_scale_free():
+@pytest.mark.parametrize("projector", PROJECTORS)
+def test_per_frame_first_step_has_length_lr_and_is_scale_free(projector):
     """First Adam step, per-frame second moment: m_hat / sqrt(v_hat) = xi / ||xi||_F exactly, so in
-    float64 the step is -lr xi / ||xi||_F to float64 accuracy (up to the O(lr^3) of the polar map)."""
+    float64 the step is -lr xi / ||xi||_F to float64 accuracy (up to the O(lr^3) of the polar map),
+    with xi = P_W(G) (euclidean), G - W G^T W (canonical) or G (none; then only its tangent part
+    survives the retraction to first order)."""
     W0 = random_stiefel(9, 4, generator=gen(25), dtype=F64)
     G = torch.randn(9, 4, generator=gen(26), dtype=F64)
-    xi = tangent(W0, G)
+    xi = {"euclidean": tangent(W0, G), "canonical": G - W0 @ G.T @ W0, "none": G}[projector]
     lr = 1e-5
+    expected = tangent(W0, -lr * xi / torch.linalg.matrix_norm(xi))
     for scale in (1.0, 1e-3, 1e3):
         W = nn.Parameter(W0.clone())
         W.grad = scale * G
-        StiefelAdam([W], lr=lr, eps=0.0, stiefel=True, max_step=0.1).step()
+        StiefelAdam([W], lr=lr, eps=0.0, stiefel=True, max_step=0.1, projector=projector).step()
         S = _tangent_step(W0, W.detach())
-        assert torch.linalg.matrix_norm(S).item() == pytest.approx(lr, rel=1e-9)
-        torch.testing.assert_close(S, -lr * xi / torch.linalg.matrix_norm(xi), rtol=0, atol=1e-14)
+        if projector != "none":
+            assert torch.linalg.matrix_norm(S).item() == pytest.approx(lr, rel=1e-9)
+        # (for "none" the normal part of the step meets the tangent part at second order: O(lr^2))
+        torch.testing.assert_close(S, expected, rtol=0, atol=1e-14 if projector != "none" else 1e-9)
+
+
+@pytest.mark.parametrize("second_moment", ["column", "element"])
+def test_column_and_element_first_step(second_moment):
+    """First step of the ablations: m_hat / sqrt(v_hat) is xi_j / (sqrt(p) ||xi_j||) per column, or
+    sign(xi) / sqrt(n p) per element, then projected back on the tangent space."""
+    n, p = 9, 4
+    W0 = random_stiefel(n, p, generator=gen(43), dtype=F64)
+    G = torch.randn(n, p, generator=gen(44), dtype=F64)
+    xi = tangent(W0, G)
+    if second_moment == "column":
+        D = xi / (math.sqrt(p) * xi.norm(dim=0, keepdim=True))
+    else:
+        D = torch.sign(xi) / math.sqrt(n * p)
+    lr = 1e-5
+    W = nn.Parameter(W0.clone())
+    W.grad = G.clone()
+    StiefelAdam([W], lr=lr, eps=0.0, stiefel=True, second_moment=second_moment).step()
+    torch.testing.assert_close(_tangent_step(W0, W.detach()), -lr * tangent(W0, D), rtol=0, atol=1e-14)
 
 
 def test_trust_cap_clamps_the_step_to_max_step():
