@@ -135,8 +135,10 @@ class StiefelAdam(torch.optim.Optimizer):
 
     * ``second_moment``: ``"frame"`` (above), ``"column"`` (``v_j`` averages ``p ||xi_j||^2``, one per
       column) or ``"element"`` (``n p xi_ij^2``, Adam's elementwise rule). The factor keeps the step's
-      Frobenius norm about ``lr`` in every mode. Only ``"frame"`` is equivariant under
-      ``W -> Q W`` for orthogonal ``Q`` (rotating the embedding space); ``"column"`` and
+      Frobenius norm about ``lr`` in every mode. ``"frame"`` is equivariant under both
+      ``W -> Q W`` (``Q`` in O(n), rotating the embedding space) and ``W -> W R`` (``R`` in O(p),
+      a change of basis inside the frame); ``"column"`` only under ``W -> Q W``, since column
+      norms are not invariant under ``R``; ``"element"`` under neither. ``"column"`` and
       ``"element"`` rescale the direction unevenly, so ``D`` is projected onto the tangent space
       again before the step.
     * ``retraction``: ``"polar"``, ``"qr"``, ``"cayley"`` or ``"exp"`` (see
