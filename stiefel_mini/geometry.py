@@ -221,7 +221,9 @@ def cayley_retraction(W: Tensor, V: Tensor) -> Tensor:
 
     ``R(W, V) = W + L (I_{2p} - Z^T L / 2)^{-1} Z^T W``,
 
-    so no n x n matrix is formed. Second order for tangent V.
+    so no n x n matrix is formed. Second order for tangent V. The map applies an orthogonal matrix
+    to W, so it keeps whatever error W already has: over many float32 steps the rounding errors
+    add up, where polar and QR re-orthonormalize at every step.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Wen & Yin (2013), lemma 4.1 and eq. (2.7).
@@ -243,7 +245,8 @@ def exp_retraction(W: Tensor, V: Tensor) -> Tensor:
     ``Exp_W(V) = [W, V] expm([[A, -S], [I, A]]) [[expm(-A)], [0]]``,
 
     which follows the geodesic from W with initial velocity V for unit time. Defined for tangent
-    V; a non-tangent V should be projected first.
+    V; a non-tangent V should be projected first. Like the Cayley map it does not pull a drifted W
+    back onto the manifold, so float32 rounding errors add up over many steps.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Edelman et al. (1998), eq. (2.45); Zimmermann (2017), eq. (10).
