@@ -17,6 +17,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 from stiefel_mini import StiefelAdam, orthogonality_error, project, random_stiefel
@@ -517,6 +519,29 @@ def test_per_frame_first_step_has_length_lr_and_is_scale_free(projector):
             assert torch.linalg.matrix_norm(S).item() == pytest.approx(lr, rel=1e-9)
         # (for "none" the normal part of the step meets the tangent part at second order: O(lr^2))
         torch.testing.assert_close(S, expected, rtol=0, atol=1e-14 if projector != "none" else 1e-9)
+
+
+@given(
+    lead=st.lists(st.integers(1, 3), max_size=2),
+    p=st.integers(1, 6),
+    extra=st.integers(0, 10),
+    wide=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_first_step_per_frame_for_any_shape(lead, p, extra, wide, seed):
+    """Every frame of a batched, tall or wide parameter takes its own first step -lr xi / ||xi||_F."""
+    n = p + extra + 1
+    shape = (*lead, p, n) if wide else (*lead, n, p)
+    W0 = random_stiefel(*shape, generator=gen(seed), dtype=F64)
+    G = torch.randn(shape, generator=gen(seed + 1), dtype=F64)
+    lr = 1e-5
+    W = nn.Parameter(W0.clone())
+    W.grad = G.clone()
+    StiefelAdam([W], lr=lr, eps=0.0, stiefel=True).step()
+    W0t, W1t, Gt = (X.mT if wide else X for X in (W0, W.detach(), G))
+    xi = tangent(W0t, Gt)
+    expected = -lr * xi / torch.linalg.matrix_norm(xi, keepdim=True)
+    torch.testing.assert_close(_tangent_step(W0t, W1t), expected, rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("second_moment", ["column", "element"])
