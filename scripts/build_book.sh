@@ -24,7 +24,6 @@ fi
 
 # 2. Build. Threads are capped so a chapter's timings are those of the 2-core reference machine.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-export MPLBACKEND=Agg
 export PYDEVD_DISABLE_FILE_VALIDATION=1
 status=0
 jupyter-book build . -W -n --keep-going --builder html || status=$?
