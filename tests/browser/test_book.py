@@ -105,6 +105,10 @@ def test_part_one_chapters_are_built():
     assert not missing, f"Part I pages missing from the build: {missing}"
     no_widget = [p for p in PART_ONE if WIDGET_VIEW not in _source(p)]
     assert not no_widget, f"Part I pages without an embedded widget: {no_widget}"
+    # Chapters 1-3 draw static matplotlib figures (plt.show()); they must reach the page as images.
+    # (A non-inline matplotlib backend during the build would silently drop them.)
+    no_figure = [p for p in PART_ONE[1:] if 'src="../_images/' not in _source(p)]
+    assert not no_figure, f"Part I pages whose static figures are missing: {no_figure}"
 
 
 @pytest.mark.parametrize("page", MATH_PAGES)
