@@ -144,7 +144,8 @@ class StiefelAdam(torch.optim.Optimizer):
     * ``retraction``: ``"polar"``, ``"qr"``, ``"cayley"`` or ``"exp"`` (see
       :mod:`stiefel_mini.geometry`).
     * ``projector``: ``"euclidean"`` (``P_W``), ``"canonical"`` (``G - W G^T W``) or ``"none"``
-      (Adam on the raw gradient, then the retraction pulls the result back on the manifold; the
+      (Adam on the raw gradient, then a polar, QR or Cayley retraction pulls the result back on
+      the manifold, so ``"none"`` with ``"exp"`` raises ``ValueError``; the
       first moment is not transported).
     * ``max_step``: the cap ``delta`` in Frobenius norm, or ``None`` for no cap.
 
@@ -434,3 +435,10 @@ def _check_hyperparameters(g: dict[str, Any]) -> None:
         raise ValueError(f"Invalid retraction {g['retraction']!r}; choose one of {sorted(RETRACTIONS)}")
     if g["projector"] not in PROJECTORS:
         raise ValueError(f"Invalid projector {g['projector']!r}; choose one of {list(PROJECTORS)}")
+    if g["projector"] == "none" and g["retraction"] == "exp":
+        # The exponential map is defined for tangent steps only; with no projector it would leave
+        # the manifold. Polar, QR and Cayley map any step back onto it.
+        raise ValueError(
+            "projector='none' cannot be combined with retraction='exp' (the exponential map needs a "
+            "tangent step); use retraction 'polar', 'qr' or 'cayley', or a projector"
+        )
