@@ -2,6 +2,7 @@
 
     python benchmarks/optimizer_step.py                # widths 256 and 512, depth 6, 4 heads
     python benchmarks/optimizer_step.py --rounds 3 --drift-steps 1000   # a quick look
+    python benchmarks/optimizer_step.py --threads 1    # one core
 
 Every optimizer steps the same parameters with the same fixed gradients. Rounds are interleaved
 (A, B, C, A, B, C, ...) so that a change in machine load hits all of them alike, and each time is
@@ -111,7 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=10, help="steps per timed round")
     ap.add_argument("--drift-steps", type=int, default=10_000)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     names = ["AdamW", "StiefelAdam"]
     try:
