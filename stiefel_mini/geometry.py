@@ -221,7 +221,8 @@ def cayley_retraction(W: Tensor, V: Tensor) -> Tensor:
 
     ``R(W, V) = W + L (I_{2p} - Z^T L / 2)^{-1} Z^T W``,
 
-    so no n x n matrix is formed. Second order for tangent V. The map applies an orthogonal matrix
+    so no n x n matrix is formed. It is a first-order retraction; it matches the geodesic of the
+    canonical metric (not of the embedded one, :func:`exp_retraction`) to second order. The map applies an orthogonal matrix
     to W, so it keeps whatever error W already has: over many float32 steps the rounding errors
     add up, where polar and QR re-orthonormalize at every step.
 
@@ -233,7 +234,21 @@ def cayley_retraction(W: Tensor, V: Tensor) -> Tensor:
     L = torch.cat([U, W], dim=-1)  # (..., n, 2p)
     Z = torch.cat([W, -U], dim=-1)  # (..., n, 2p)
     eye = torch.eye(2 * p, dtype=W.dtype, device=W.device)
-    return W + L @ torch.linalg.solve(eye - 0.5 * (Z.mT @ L), Z.mT @ W)
+    return W + L @ _solve(eye - 0.5 * (Z.mT @ L), Z.mT @ W)
+
+
+def _solve(A: Tensor, B: Tensor) -> Tensor:
+    """``A^{-1} B`` for ``(..., k, k)`` systems.
+
+    The CPU build of torch 2.14.1 with more than one thread returns wrong answers (or fails in
+    ``lu_solve``) for batched solves of systems larger than about 128 x 128, so those are solved one
+    system at a time.
+    """
+    if A.shape[-1] <= 128 or A.dim() == 2 or A.device.type != "cpu":
+        return torch.linalg.solve(A, B)
+    batch = A.shape[:-2]
+    A2, B2 = A.reshape(-1, *A.shape[-2:]), B.expand(*batch, *B.shape[-2:]).reshape(-1, *B.shape[-2:])
+    return torch.stack([torch.linalg.solve(a, b) for a, b in zip(A2, B2)]).reshape(*batch, *B.shape[-2:])
 
 
 @_tall
