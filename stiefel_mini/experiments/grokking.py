@@ -86,7 +86,7 @@ PRESETS: dict[str, GrokkingConfig] = {
     # equations instead of 3,831) with a 10x larger lr; AdamW groks in ~1,000-1,500 steps (measured).
     "cpu": GrokkingConfig(),
     # The chapter's live run: small enough to memorise and grok within about a minute of CPU.
-    "live": GrokkingConfig(p=31, train_frac=0.5, steps=1000),
+    "live": GrokkingConfig(p=31, train_frac=0.5, steps=1200),
 }
 
 
@@ -462,6 +462,9 @@ class SweepConfig:
     repro_arm: str = "stiefel"
     repro_seed: int = 0
     repro_steps: int = 300  # length of the short run stored for the reproduction test
+    # Arms whose stored runs are dropped and run again, e.g. after a change to their optimiser's
+    # numerics (the repro record too, if its arm is among them).
+    redo_arms: tuple[str, ...] = ()
 
 
 def repro_record(cfg: GrokkingConfig) -> dict:
@@ -474,7 +477,9 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
     """Run every (seed, arm), writing ``sweep_cfg.out`` after each; resume from an existing file.
 
     Runs already in the file with the same base config are kept, so an interrupted sweep continues
-    where it stopped. Seed-major order makes every completed seed a complete set of pairs.
+    where it stopped; the provenance of the earlier invocations is kept in ``provenance_previous``.
+    Runs of ``redo_arms`` are dropped first and run again. Seed-major order makes every completed
+    seed a complete set of pairs.
     """
     out_path = Path(sweep_cfg.out)
     base_dict = config_dict(dataclasses.replace(base, arm="*", seed=-1))
@@ -489,8 +494,11 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
     if out_path.exists():
         old = load_results(out_path)
         if old.get("base_config") == base_dict:
-            payload["runs"] = old["runs"]
-            payload["repro"] = old.get("repro")
+            payload["provenance_previous"] = [*old.get("provenance_previous", []), old["provenance"]]
+            payload["runs"] = [r for r in old["runs"] if r["arm"] not in sweep_cfg.redo_arms]
+            repro = old.get("repro")
+            if repro is not None and repro["config"]["arm"] not in sweep_cfg.redo_arms:
+                payload["repro"] = repro
     done = {(r["arm"], r["seed"]) for r in payload["runs"]}
     t_start = time.perf_counter()
     for seed in sweep_cfg.seeds:
