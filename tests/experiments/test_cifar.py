@@ -67,6 +67,12 @@ def test_missing_data_says_how_to_get_it(tmp_path):
         cifar_data.load_cifar10(tmp_path / "bad")
 
 
+def test_torchvision_route_without_download_says_how_to_get_it():
+    # No folder configured and nothing downloaded into the (empty, per-test) cache.
+    with pytest.raises(FileNotFoundError, match="CIFAR-10 was not found"):
+        cifar_data.load_cifar10(download=False)
+
+
 def test_cli_reports_missing_data(tmp_path):
     with pytest.raises(SystemExit, match="CIFAR-10 was not found"):
         cifar.main(["--data_dir", str(tmp_path / "nowhere"), "--progress", "false"])
