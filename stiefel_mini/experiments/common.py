@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "parse_config",
     "config_dict",
+    "config_help",
     "provenance",
     "save_results",
     "load_results",
@@ -146,7 +147,8 @@ def _convert(tokens: list[str], tp: Any, field: str) -> Any:
     return tuple(_convert_scalar(t, a, field) for t, a in zip(tokens, args))
 
 
-def _config_help(cls: type) -> str:
+def config_help(cls: type) -> str:
+    """The ``--field type default`` lines of a config dataclass, as ``--help`` prints them."""
     hints = typing.get_type_hints(cls)
     lines = [f"{cls.__name__} options (--field value):"]
     for f in dataclasses.fields(cls):
@@ -173,7 +175,7 @@ def parse_config(cls: type, argv: Sequence[str] | None = None, base: Any = None)
         raise TypeError(f"parse_config expects a dataclass type, got {cls!r}")
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
-        print(_config_help(cls))
+        print(config_help(cls))
         raise SystemExit(0)
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]

@@ -39,8 +39,10 @@ from torch import Tensor, nn
 
 from stiefel_mini.attention import StiefelSelfAttention
 from stiefel_mini.experiments.common import (
+    ConfigError,
     arm_spec,
     config_dict,
+    config_help,
     load_results,
     make_optimizer,
     parse_config,
@@ -547,15 +549,27 @@ def _base_config(argv: list[str]) -> GrokkingConfig:
     return parse_config(GrokkingConfig, argv, base=PRESETS[preset])
 
 
+def _check_arm(arm: str) -> None:
+    try:
+        arm_spec(arm)
+    except ValueError as err:
+        raise ConfigError(f"--arm(s): {err}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """CLI: ``[sweep] [--preset cpu|reference] [--field value ...] [--out PATH]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print("usage: python -m stiefel_mini.experiments.grokking [sweep] [--preset "
+              f"{'|'.join(PRESETS)}] [--out PATH] [--field value ...]")
+        print(config_help(SweepConfig) + "\n" + config_help(GrokkingConfig))
+        return
     if argv and argv[0] == "sweep":
         sweep_argv, rest = _split_argv(argv[1:], SweepConfig)
         scfg = parse_config(SweepConfig, sweep_argv)
         base = _base_config(["--preset", scfg.preset, *rest])
         for arm in scfg.arms:
-            arm_spec(arm)
+            _check_arm(arm)
         payload = sweep(scfg, base)
         print(f"wrote {scfg.out}: {len(payload['runs'])} runs")
         return
@@ -565,6 +579,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         out = argv[i + 1]
         argv = argv[:i] + argv[i + 2:]
     cfg = _base_config(argv)
+    _check_arm(cfg.arm)
     result = run(cfg)
     m = result["metrics"]
     print(f"{cfg.arm} seed {cfg.seed}: val95 at {m['steps_to_val95']}, val99 at {m['steps_to_val99']}, "
@@ -576,4 +591,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ConfigError as err:  # a bad override: one line naming the field, no traceback
+        raise SystemExit(f"error: {err}") from None

@@ -124,6 +124,20 @@ def test_cli_overrides_are_type_checked():
         parse_config(G.GrokkingConfig, ["--steps", "many"])
     with pytest.raises(ConfigError, match="op"):
         parse_config(G.GrokkingConfig, ["--op", "mul"])
+    with pytest.raises(ConfigError, match="unknown arm 'foo'"):
+        G.main(["--arm", "foo"])
+    with pytest.raises(ConfigError, match="seeds"):
+        G.main(["sweep", "--seeds", "one"])
+
+
+def test_cli_writes_results_with_provenance(tmp_path, capsys):
+    out = tmp_path / "one.json"
+    G.main(["--p", "7", "--d_model", "8", "--n_heads", "2", "--d_mlp", "8", "--steps", "4", "--eval_every", "2",
+            "--arm", "stiefel", "--progress", "false", "--out", str(out)])
+    assert "stiefel seed 0" in capsys.readouterr().out
+    stored = load_results(out)
+    assert stored["config"]["p"] == 7 and stored["history"]["step"] == [0, 2, 4]
+    assert stored["provenance"]["versions"]["torch"] == torch.__version__
 
 
 def test_sweep_writes_incrementally_and_resumes(tmp_path):
