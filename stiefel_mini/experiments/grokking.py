@@ -85,7 +85,8 @@ PRESETS: dict[str, GrokkingConfig] = {
     # Nanda et al. (2023): p = 113, 30% train, lr 1e-3, wd 1, betas (0.9, 0.98); groks in ~5-10k epochs.
     "reference": GrokkingConfig(p=113, lr=1e-3, steps=20_000, eval_every=50),
     # The book's CPU setting: the same model and recipe on a smaller modulus (1,044 training
-    # equations instead of 3,831) with a 10x larger lr; AdamW groks in ~1,000-1,500 steps (measured).
+    # equations instead of 3,831) with a 10x larger lr; AdamW reaches 99% validation accuracy within
+    # the 1,800 steps on every seed of results/grokking/cpu.json.
     "cpu": GrokkingConfig(),
     # The chapter's live run: small enough to memorise and grok within about a minute of CPU.
     "live": GrokkingConfig(p=31, train_frac=0.5, steps=1200),
