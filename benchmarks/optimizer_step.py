@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=10, help="steps per timed round")
-    ap.add_argument("--drift-steps", type=int, default=10_000)
+    ap.add_argument("--drift-steps", type=int, default=10_000, help="0 skips the drift table")
+    ap.add_argument("--skip-timing", action="store_true", help="only the drift table")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = ap.parse_args(argv)
     if args.threads:
@@ -126,6 +127,13 @@ def main(argv: list[str] | None = None) -> None:
         print("geoopt not installed: its column is left out (pip install geoopt)")
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    if not args.skip_timing:
+        timing_table(names, args)
+    if args.drift_steps:
+        drift_table(names, args)
+
+
+def timing_table(names: list[str], args: argparse.Namespace) -> None:
     print(f"one optimizer step, depth {args.depth}, {args.heads} heads, best of {args.rounds} interleaved rounds\n")
     print("| width | " + " | ".join(f"{n} (ms)" for n in names) + " | " + " | ".join(f"{n} / AdamW" for n in names[1:]) + " |")
     print("|---" * (1 + 2 * len(names) - 1) + "|")
@@ -135,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
         ratios = " | ".join(f"{best[n] / best['AdamW']:.2f}x" for n in names[1:])
         print(f"| {width} | {ms} | {ratios} |")
 
+
+def drift_table(names: list[str], args: argparse.Namespace) -> None:
     frame_names = [n for n in names if n != "AdamW"]
     print(f"\n||W^T W - I||_F after {args.drift_steps} float32 steps with random gradients "
           f"(frames {args.widths[0]} x {args.widths[0] // args.heads}, worst of {2 * args.heads}):\n")
