@@ -197,19 +197,24 @@ class StiefelSelfAttention(nn.Module):
         return self.logits(x, attn_mask).softmax(dim=-1)
 
 
+def _collect(model: nn.Module, method: str) -> Iterator[nn.Parameter]:
+    """The parameters that the modules of ``model`` return from ``method()``, each once."""
+    seen: set[int] = set()
+    for module in model.modules():
+        fn = getattr(module, method, None)
+        if callable(fn):
+            for p in fn():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
+
+
 def frame_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
     """Every Stiefel frame in ``model``: the parameters returned by ``frames()`` of its modules.
 
     Any module can take part by defining a ``frames()`` method that returns its frame parameters.
     """
-    seen: set[int] = set()
-    for module in model.modules():
-        frames = getattr(module, "frames", None)
-        if callable(frames):
-            for p in frames():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield p
+    return _collect(model, "frames")
 
 
 def qk_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
@@ -218,14 +223,7 @@ def qk_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
     A module takes part by defining ``qk_weights()``, as :class:`StiefelSelfAttention` and
     :class:`~stiefel_mini.mha.StiefelMultiheadAttention` do.
     """
-    seen: set[int] = set()
-    for module in model.modules():
-        qk_weights = getattr(module, "qk_weights", None)
-        if callable(qk_weights):
-            for p in qk_weights():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield p
+    return _collect(model, "qk_weights")
 
 
 def param_groups(
