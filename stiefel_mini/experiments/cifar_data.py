@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,6 +207,45 @@ def load_cifar10(data_dir: str | os.PathLike | None = None, *, download: bool = 
             raise FileNotFoundError(f"data folder {root} does not exist.\n{HOW_TO_GET}")
         return load_image_folder(root)
     return load_torchvision(download=download)
+
+
+SYNTHETIC_SOURCE = "SYNTHETIC stand-in (CIFAR-10 not found): accuracies on it are not CIFAR-10's"
+
+
+def synthetic_cifar10(n_train: int = 5000, n_test: int = 1000, seed: int = 0) -> Cifar10:
+    """A labelled stand-in with CIFAR-10's shapes, for machines that have neither the data nor internet.
+
+    Class ``c`` is a fixed random colour pattern ``T_c``; every image is ``(T_c + U) / 2`` with fresh
+    uniform noise ``U``, so the classes can be learned but nothing about CIFAR-10 carries over.
+    Labels cycle through the classes, so the set is balanced. ``source`` says what it is.
+
+    Shapes: ``train_x`` ``(n_train, 3, 32, 32)`` uint8, ``test_x`` ``(n_test, 3, 32, 32)`` uint8.
+    """
+    g = torch.Generator().manual_seed(seed)
+    templates = torch.rand(len(CLASSES), 3, 32, 32, generator=g)
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        labels = torch.arange(n) % len(CLASSES)
+        images = 0.5 * templates[labels] + 0.5 * torch.rand(n, 3, 32, 32, generator=g)
+        return (255 * images).round().to(torch.uint8), labels
+
+    (train_x, train_y), (test_x, test_y) = draw(n_train), draw(n_test)
+    return Cifar10(train_x, train_y, test_x, test_y, source=SYNTHETIC_SOURCE)
+
+
+def load_cifar10_or_synthetic(
+    data_dir: str | os.PathLike | None = None, *, download: bool = True, n_train: int = 5000, n_test: int = 1000
+) -> Cifar10:
+    """:func:`load_cifar10`, or :func:`synthetic_cifar10` with a warning when CIFAR-10 is not there.
+
+    For chapters that must run on a reader's machine without the data; experiments that report
+    CIFAR-10 numbers call :func:`load_cifar10`, which raises instead.
+    """
+    try:
+        return load_cifar10(data_dir, download=download)
+    except FileNotFoundError as err:
+        warnings.warn(f"{err}\nUsing a synthetic stand-in instead.", stacklevel=2)
+        return synthetic_cifar10(n_train, n_test)
 
 
 def balanced_subset(labels: torch.Tensor, n: int, generator: torch.Generator) -> torch.Tensor:

@@ -201,3 +201,21 @@ def test_repro_record_reproduces(tiny_root):
     assert h["qk_drift"] == pytest.approx(stored["qk_drift"], rel=REL_TOL)
     assert abs(h["test_acc"] - stored["test_acc"]) <= ACC_TOL
 
+
+
+def test_synthetic_stand_in_is_balanced_labelled_and_deterministic():
+    a = cifar_data.synthetic_cifar10(n_train=40, n_test=20, seed=3)
+    b = cifar_data.synthetic_cifar10(n_train=40, n_test=20, seed=3)
+    assert a.train_x.shape == (40, 3, 32, 32) and a.train_x.dtype == torch.uint8
+    assert a.test_x.shape == (20, 3, 32, 32)
+    assert torch.bincount(a.train_y, minlength=10).tolist() == [4] * 10
+    assert torch.equal(a.train_x, b.train_x) and torch.equal(a.test_x, b.test_x)
+    assert a.source == cifar_data.SYNTHETIC_SOURCE
+
+
+def test_missing_data_falls_back_to_the_stand_in_with_a_warning(tmp_path):
+    with pytest.warns(UserWarning, match="CIFAR-10 was not found"):
+        data = cifar_data.load_cifar10_or_synthetic(tmp_path / "absent", n_train=20, n_test=10)
+    assert data.source == cifar_data.SYNTHETIC_SOURCE and len(data.train_y) == 20
+    with pytest.raises(FileNotFoundError, match="CIFAR-10 was not found"):
+        cifar_data.load_cifar10(tmp_path / "absent")
