@@ -12,12 +12,7 @@ from stiefel_mini import StiefelAdam, StiefelSelfAttention, frame_parameters, pa
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make(seed=0, dtype=F64, **kw) -> StiefelSelfAttention:

@@ -315,15 +315,6 @@ def test_polar_of_a_positive_multiple_is_the_frame(case, a):
 # solve frame by frame, against a float64 loop over the frames.
 
 
-@pytest.fixture
-def two_threads():
-    """The reported failure needs more than one thread; restore the setting afterwards."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(old)
-
-
 @pytest.mark.parametrize("p", [64, 128])
 @pytest.mark.parametrize(
     "method,wide",

@@ -28,15 +28,7 @@ RETRACTIONS = ("polar", "qr", "cayley", "exp")
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # These tests take many tiny steps; on a shared 2-core machine, OpenMP threads for 10 x 3
-    # matrices only add synchronisation cost (a 10 x 3 QR took ~35 ms with 2 busy threads and
-    # ~4 us with one).
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def gen(seed: int) -> torch.Generator:
