@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import platform
 import time
-from typing import Callable
 
 import torch
 from torch import nn
@@ -55,7 +54,7 @@ def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
         import geoopt
 
         stiefel = geoopt.Stiefel()
-        frames, rest = [], []
+        frames = []
         for m in model.modules():
             if isinstance(m, StiefelSelfAttention):
                 for attr in ("w_q", "w_k"):

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from stiefel_mini import geometry as geo

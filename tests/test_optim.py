@@ -11,7 +11,6 @@ below cheap and makes "the same gradients" exact when two runs are compared.
 
 from __future__ import annotations
 
-import copy
 import io
 import math
 

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from stiefel_mini.attention import StiefelSelfAttention, param_groups
 from stiefel_mini.experiments.common import parse_config, set_threads

@@ -32,7 +32,6 @@ equilibrium angular update ``sqrt(2 lr wd)`` of scale-invariant weights under Ad
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import html
 import math
