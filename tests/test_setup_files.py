@@ -1,0 +1,108 @@
+"""The ways in agree with each other: README's commands, CI, Binder's environment, the repository URL.
+
+Nothing here installs anything; each test reads the files that a new user, CI or Binder would run.
+"""
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_set_repository():
+    spec = importlib.util.spec_from_file_location("set_repository", ROOT / "scripts" / "set_repository.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _readme_commands() -> list[str]:
+    """The command lines (comments stripped) of the README's "Two commands" code block."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Two commands\n.*?```bash\n(.*?)```", text, flags=re.S)
+    assert block, "README.md needs a '## Two commands' section with a ```bash block"
+    return [line.split("#", 1)[0].strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_ci_runs_exactly_the_readme_commands():
+    commands = _readme_commands()
+    assert commands == ["bash scripts/setup.sh && bash scripts/build_book.sh", ".venv/bin/python -m pytest"]
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    for command in commands:
+        assert command in ci_lines or f"{command} 2>&1 | tee \"$log\"" in ci_lines, \
+            f".ci/run does not run the README's command {command!r} as it stands"
+
+
+def test_venv_is_ignored():
+    assert ".venv/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
+def _requirement_names(reqs: list[str]) -> dict[str, str]:
+    """{normalised name: full requirement} of requirement strings."""
+    out = {}
+    for req in reqs:
+        name = re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower().replace("_", "-")
+        out[name] = req.replace(" ", "")
+    return out
+
+
+def test_binder_environment_is_the_notebooks_extra_with_cpu_torch():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+
+    def expand(reqs):
+        for req in reqs:
+            own = re.fullmatch(r"stiefel-mini\[(\w+)\]", req)
+            yield from expand(extras[own.group(1)]) if own else [req]
+
+    wanted = _requirement_names([*project["dependencies"], *expand(extras["notebooks"])])
+    lines = [m.group(1).strip() for m in re.finditer(r"^\s+- (.+)$", (ROOT / "environment.yml").read_text(), flags=re.M)]
+    pip_lines = lines[lines.index("pip:") + 1 :]  # the entries of the `- pip:` list
+    options = [line for line in pip_lines if line.startswith("--")]
+    assert options == ["--extra-index-url https://download.pytorch.org/whl/cpu"], \
+        "Binder must take torch from PyTorch's CPU index (no GPU there; the default wheels carry CUDA)"
+    assert _requirement_names([line for line in pip_lines if not line.startswith("--")]) == wanted
+
+
+def test_repository_setting_agrees_everywhere():
+    problems = _load_set_repository().check(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_set_repository_points_everything_at_a_fork(tmp_path):
+    set_repository = _load_set_repository()
+    copy = tmp_path / "repo"
+    (copy / "book").mkdir(parents=True)
+    for name in ("_config.yml", "README.md"):
+        shutil.copy(ROOT / name, copy / name)
+    for nb in (ROOT / "book").glob("*.ipynb"):
+        shutil.copy(nb, copy / "book" / nb.name)
+
+    set_repository.set_repository("https://github.com/someone/stiefel-fork", "dev", root=copy)
+
+    assert set_repository.read_setting(copy) == ("https://github.com/someone/stiefel-fork", "dev")
+    assert set_repository.check(copy) == []
+    for nb in (copy / "book").glob("*.ipynb"):
+        text = nb.read_text()
+        assert "git+https://github.com/someone/stiefel-fork@dev" in text
+        assert "stiefel-mini/stiefel-mini" not in text
+        json.loads(text)
+    readme = (copy / "README.md").read_text()
+    assert "mybinder.org/v2/gh/someone/stiefel-fork/dev" in readme
+    assert "colab.research.google.com/github/someone/stiefel-fork/blob/dev" in readme
+    assert "github.com/stiefel-mini/stiefel-mini" not in readme
+    config = (copy / "_config.yml").read_text()
+    assert config.replace("someone/stiefel-fork", "stiefel-mini/stiefel-mini").replace("branch: dev", "branch: main") \
+        == (ROOT / "_config.yml").read_text()
+
+
+@pytest.mark.parametrize("url", ["https://gitlab.com/a/b", "github.com/a/b", "https://github.com/a"])
+def test_set_repository_rejects_urls_the_buttons_cannot_use(url, tmp_path):
+    with pytest.raises(ValueError, match="GitHub URL"):
+        _load_set_repository().set_repository(url, "main", root=tmp_path)
