@@ -4,7 +4,7 @@
 #   bash scripts/build_book.sh            # full build (what CI runs and what readers get)
 #
 # Uses the virtual environment .venv that `bash scripts/setup.sh` creates (its jupyter-book, and its
-# Python as the chapters' kernel).
+# Python as the chapters' kernel); without .venv, the jupyter-book on PATH (an environment of your own).
 #
 # Steps: npm ci (pinned MathJax + ipywidgets HTML manager from package-lock.json; the book's Sphinx
 # extension book/_ext/book_assets.py copies them to _build/offline_static/offline/, served as
@@ -15,8 +15,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 start=$(date +%s)
-if [[ ! -x .venv/bin/jupyter-book ]]; then
-  echo "build_book: .venv/bin/jupyter-book not found: run \`bash scripts/setup.sh\` first" >&2
+if [[ -x .venv/bin/jupyter-book ]]; then
+  JUPYTER_BOOK=.venv/bin/jupyter-book
+elif command -v jupyter-book >/dev/null 2>&1; then
+  JUPYTER_BOOK=jupyter-book
+  echo "build_book: no .venv here; using $(command -v jupyter-book)"
+else
+  echo "build_book: jupyter-book not found: run \`bash scripts/setup.sh\` first (it creates .venv)" >&2
   exit 1
 fi
 rm -rf _build/html _build/.doctrees   # clean build: no stale pages from earlier runs
@@ -33,10 +38,10 @@ fi
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 export PYDEVD_DISABLE_FILE_VALIDATION=1
 status=0
-# The chapters' kernel ("python3") is the venv's Python: jupyter-book runs from the venv, and Jupyter
-# prefers the venv's kernel spec to any in the user's home.
+# The chapters' kernel ("python3") is the Python that runs jupyter-book: Jupyter prefers the kernel
+# spec of that environment to any in the user's home.
 export JUPYTER_PREFER_ENV_PATH=1
-.venv/bin/jupyter-book build . -W -n --keep-going --builder html || status=$?
+"$JUPYTER_BOOK" build . -W -n --keep-going --builder html || status=$?
 
 end=$(date +%s)
 echo "Book build time: $((end - start)) s (exit status ${status})"
