@@ -14,12 +14,13 @@ from .geometry import (
     retract,
 )
 from .mha import StiefelMultiheadAttention, convert_attention
-from .optim import StiefelAdam
+from .optim import StiefelAdam, stiefel_adam_frame_update
 
 __version__ = "0.1.0"
 
 __all__ = [
     "StiefelAdam",
+    "stiefel_adam_frame_update",
     "StiefelSelfAttention",
     "StiefelMultiheadAttention",
     "convert_attention",

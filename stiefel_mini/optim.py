@@ -12,10 +12,13 @@ from torch.optim.adam import adam as _adam_functional
 
 from .geometry import RETRACTIONS, canonical_gradient, is_wide, polar_factor, project_tangent, retract, sym
 
-__all__ = ["StiefelAdam", "SECOND_MOMENTS", "PROJECTORS"]
+__all__ = ["StiefelAdam", "stiefel_adam_frame_update", "SECOND_MOMENTS", "PROJECTORS"]
 
 SECOND_MOMENTS = ("frame", "column", "element")
 PROJECTORS = ("euclidean", "canonical", "none")
+# Param group keys besides the hyperparameters: torch.optim.Optimizer's, LR schedulers' and a
+# free-form label (``param_groups`` names its groups).
+_GROUP_EXTRA_KEYS = frozenset({"params", "param_names", "initial_lr", "name"})
 
 
 def first_moment_update(
@@ -87,6 +90,106 @@ def cap_step(step: Tensor, max_step: float | None) -> Tensor:
 def cap_factor(length: Tensor, max_step: float) -> Tensor:
     """``min(1, max_step / length)``: the factor that shortens a step of Frobenius ``length``."""
     return max_step / length.clamp_min(max_step)
+
+
+def stiefel_adam_frame_update(
+    W: Tensor,
+    G: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    step: Tensor | float,
+    *,
+    lr: float,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    eps: float = 1e-8,
+    max_step: float | None = 0.1,
+    second_moment: str = "frame",
+    projector: str = "euclidean",
+    retraction: str = "polar",
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""One Riemannian Adam step for a batch of frames: the whole frame rule of :class:`StiefelAdam`.
+
+    A pure function: it reads its arguments, changes none of them, and returns the new frames and
+    the new state. :class:`StiefelAdam` only stacks the frames of a param group into such batches
+    and writes the results back.
+
+    For each frame ``W`` (tall, ``n x p``, ``n >= p``) with Euclidean gradient ``G``, first moment
+    ``m`` (formed at the previous frame), second moment ``v`` and step count ``t`` (this step's,
+    starting at 1):
+
+    .. math::
+        \xi &= P_W(G) = G - W\,\mathrm{sym}(W^\top G)
+            && \text{Riemannian gradient (``projector="euclidean"``)} \\
+        \tilde m &= P_W(m)
+            && \text{transport of } m \text{ to } T_W \text{ by re-projection} \\
+        m' &= \beta_1 \tilde m + (1-\beta_1)\,\xi \\
+        v' &= \beta_2 v + (1-\beta_2)\, \lVert \xi \rVert_F^2
+            && \text{one scalar per frame (``second_moment="frame"``)} \\
+        D &= \frac{m' / (1-\beta_1^t)}{\sqrt{v' / (1-\beta_2^t)} + \epsilon}
+            && \text{bias-corrected Adam direction, } \lVert D \rVert_F \approx 1 \\
+        S &= -\gamma D \cdot \min\!\big(1, \delta / \lVert \gamma D \rVert_F\big)
+            && \text{trust cap } \delta = \text{``max_step''}, \gamma = \text{``lr''} \\
+        W' &= \mathrm{polar}(W + S) = (W + S)\big((W + S)^\top (W + S)\big)^{-1/2}
+            && \text{retraction (``retraction="polar"``)}
+
+    For the Euclidean projector the two projections merge, because ``P_W`` is linear:
+    ``m' = P_W(beta1 m + (1 - beta1) G)``, and ``||xi||_F^2 = ||G||_F^2 - ||sym(W^T G)||_F^2``.
+    ``m'`` is returned as formed at ``W``; the next call transports it to ``T_{W'}``.
+
+    Options (as in :class:`StiefelAdam`):
+
+    * ``second_moment``: ``"frame"`` (above), ``"column"`` (``v_j`` averages ``p ||xi_j||^2``) or
+      ``"element"`` (``n p xi_ij^2``); for the last two ``D`` is projected onto ``T_W`` again,
+      since an uneven rescaling leaves the tangent space.
+    * ``projector``: ``"euclidean"`` (``P_W``), ``"canonical"`` (``xi = G - W G^T W``, ``m`` still
+      transported by ``P_W``) or ``"none"`` (``xi = G``, no transport).
+    * ``retraction``: ``"polar"``, ``"qr"``, ``"cayley"`` or ``"exp"``
+      (:data:`stiefel_mini.geometry.RETRACTIONS`).
+    * ``max_step``: ``delta`` in Frobenius norm, or ``None`` for no cap.
+
+    Args:
+        W: frames ``(B, n, p)``, ``n >= p``, on the manifold.
+        G: Euclidean gradients ``(B, n, p)``.
+        exp_avg: first moments ``m`` ``(B, n, p)`` (zeros at the first step).
+        exp_avg_sq: second moments ``v``: ``(B, 1, 1)`` (frame), ``(B, 1, p)`` (column) or
+            ``(B, n, p)`` (element), zeros at the first step.
+        step: this step's count ``t >= 1``, a number or a tensor broadcastable to ``(B, 1, 1)``.
+        lr, beta1, beta2, eps, max_step, second_moment, projector, retraction: as in
+            :class:`StiefelAdam` (defaults: ``beta1=0.9``, ``beta2=0.999``, ``eps=1e-8``,
+            ``max_step=0.1``, ``"frame"``, ``"euclidean"``, ``"polar"``).
+
+    Returns:
+        ``(W', m', v')``, shaped as ``W``, ``exp_avg`` and ``exp_avg_sq``.
+
+    Reference: Kingma & Ba (2015); Becigneul & Ganea (2019), "Riemannian adaptive optimization
+    methods"; Absil, Mahony, Sepulchre (2008), section 8.1 (transport by projection); Guerrero,
+    "Stiefel Attention" (arXiv 2609.19363) for the per-frame second moment and the trust cap.
+    """
+    bias1 = 1 - beta1**step
+    bias2_sqrt = (1 - beta2**step) ** 0.5
+    m, xi_sq = first_moment_update(W, G, exp_avg.clone(), beta1, projector, second_moment)
+    v = exp_avg_sq * beta2 + xi_sq * (1 - beta2)
+    denom = v.sqrt() / bias2_sqrt + eps
+    if second_moment == "frame":
+        # D = m / (bias1 * denom) is m times one scalar per frame: it stays tangent, and the
+        # capped step is that scalar times m, one pass over the frame.
+        coef = lr / (bias1 * denom)  # (B, 1, 1)
+        if max_step is not None:
+            length = coef * torch.linalg.matrix_norm(m, keepdim=True)
+            coef = coef * cap_factor(length, max_step)
+        S = m * -coef
+    else:
+        D = (m / bias1) / denom
+        if projector != "none":
+            # Uneven rescaling leaves the tangent space; a per-frame scalar does not.
+            D = project_tangent(W, D)
+        S = cap_step(-lr * D, max_step)
+    if retraction == "polar":
+        W_new = polar_factor(S.add_(W))  # the step buffer becomes W + S
+    else:
+        W_new = retract(W, S, retraction)
+    return W_new, m, v
 
 
 def _to_tall(t: Tensor, wide: bool) -> Tensor:
@@ -163,17 +266,23 @@ class StiefelAdam(torch.optim.Optimizer):
     float32 and cast back; their optimizer state is kept in float32.
 
     Args:
-        params: parameters or param groups (dicts); frame groups carry ``stiefel=True``.
-        lr: learning rate; for frames, the Frobenius length of a typical step.
-        betas: coefficients of the first and second moments.
-        eps: added to the denominator.
+        params: parameters or param groups (dicts); frame groups carry ``stiefel=True``. A group
+            may set any argument below; any other key except ``params``, ``param_names``,
+            ``initial_lr`` and ``name`` raises ``ValueError`` listing the known keys.
+        lr: learning rate; for frames, the Frobenius length of a typical step. Default ``1e-3``.
+        betas: coefficients of the first and second moments. Default ``(0.9, 0.999)``.
+        eps: added to the denominator. Default ``1e-8``.
         weight_decay: decoupled weight decay (AdamW) for non-frame groups; ignored on frames.
+            Default ``1e-2`` (as ``torch.optim.AdamW``).
         stiefel: default for groups that do not say; ``True`` makes a group a frame group.
+            Default ``False``.
         max_step: trust-region cap on a frame's step in Frobenius norm, ``None`` for no cap.
-        second_moment: ``"frame"``, ``"column"`` or ``"element"``.
-        retraction: ``"polar"``, ``"qr"``, ``"cayley"`` or ``"exp"``.
-        projector: ``"euclidean"``, ``"canonical"`` or ``"none"``.
-        foreach: passed to AdamW's implementation for the non-frame groups.
+            Default ``0.1``.
+        second_moment: ``"frame"`` (default), ``"column"`` or ``"element"``.
+        retraction: ``"polar"`` (default), ``"qr"``, ``"cayley"`` or ``"exp"``.
+        projector: ``"euclidean"`` (default), ``"canonical"`` or ``"none"``.
+        foreach: passed to AdamW's implementation for the non-frame groups. Default ``None``
+            (torch's choice).
 
     Reference: Kingma & Ba (2015); Loshchilov & Hutter (2019) for AdamW; Becigneul & Ganea (2019),
     "Riemannian adaptive optimization methods"; Li, Fuxin, Todorovic (2020), "Efficient Riemannian
@@ -212,12 +321,27 @@ class StiefelAdam(torch.optim.Optimizer):
         super().__init__(params, defaults)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        _check_hyperparameters(group)
-        if group["stiefel"]:
-            for p in group["params"]:
+        """Add a param group, after checking it: on any error the optimizer is left unchanged.
+
+        Keys other than ``params``, ``param_names``, ``initial_lr`` (set by learning-rate
+        schedulers), ``name`` (a label) and the constructor's hyperparameters raise ``ValueError`` (a typo such as
+        ``max_stpe`` would otherwise be ignored silently); missing keys take the defaults.
+        """
+        unknown = sorted(set(param_group) - set(self.defaults) - _GROUP_EXTRA_KEYS)
+        if unknown:
+            raise ValueError(
+                f"unknown param group key(s) {unknown}; known keys: "
+                f"{sorted(set(self.defaults) | _GROUP_EXTRA_KEYS)}"
+            )
+        merged = {**self.defaults, **param_group}
+        _check_hyperparameters(merged)
+        params = param_group["params"]
+        if not isinstance(params, (Tensor, set)):  # torch.optim.Optimizer rejects sets itself
+            param_group = {**param_group, "params": list(params)}  # a generator is read once
+        if merged["stiefel"]:
+            for p in [params] if isinstance(params, Tensor) else param_group["params"]:
                 _check_frame_tensor(p)
+        super().add_param_group(param_group)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load optimizer state as ``torch.optim.Optimizer`` does, keeping frame state in its precision.
@@ -311,9 +435,8 @@ class StiefelAdam(torch.optim.Optimizer):
             self._frame_bucket_step(group, ps)
 
     def _frame_bucket_step(self, group: dict[str, Any], ps: list[Tensor]) -> None:
+        # Bookkeeping only: stack the bucket into tall batches, call the rule, write the results back.
         beta1, beta2 = group["betas"]
-        lr, eps = group["lr"], group["eps"]
-        projector = group["projector"]
         states = [self.state[p] for p in ps]
         wides = [is_wide(p) for p in ps]
         counts = [p.shape[:-2].numel() for p in ps]
@@ -332,31 +455,21 @@ class StiefelAdam(torch.optim.Optimizer):
         for s in states:
             s["step"] += 1
         step_t = torch.cat([s["step"].expand(c) for s, c in zip(states, counts)]).to(dtype).view(-1, 1, 1)
-        bias1 = 1 - beta1**step_t
-        bias2_sqrt = (1 - beta2**step_t).sqrt()
-
-        m, xi_sq = first_moment_update(W, G, m, beta1, projector, group["second_moment"])
-        v.mul_(beta2).add_(xi_sq, alpha=1 - beta2)
-        denom = v.sqrt() / bias2_sqrt + eps
-        if group["second_moment"] == "frame":
-            # D = m / (bias1 * denom) is m times one scalar per frame: it stays tangent, and the
-            # capped step is that scalar times m, one pass over the frame.
-            coef = lr / (bias1 * denom)  # (B, 1, 1)
-            if group["max_step"] is not None:
-                length = coef * torch.linalg.matrix_norm(m, keepdim=True)
-                coef = coef * cap_factor(length, group["max_step"])
-            step = m * -coef
-        else:
-            D = (m / bias1) / denom
-            if projector != "none":
-                # Uneven rescaling leaves the tangent space; a per-frame scalar does not.
-                D = project_tangent(W, D)
-            step = cap_step(-lr * D, group["max_step"])
-        if group["retraction"] == "polar":
-            W_new = polar_factor(step.add_(W))  # the step buffer becomes W + step
-        else:
-            W_new = retract(W, step, group["retraction"])
-
+        W_new, m, v = stiefel_adam_frame_update(
+            W,
+            G,
+            m,
+            v,
+            step_t,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            eps=group["eps"],
+            max_step=group["max_step"],
+            second_moment=group["second_moment"],
+            projector=group["projector"],
+            retraction=group["retraction"],
+        )
         for p, s, w, Wi, mi, vi in zip(
             ps, states, wides, W_new.split(counts), m.split(counts), v.split(counts)
         ):

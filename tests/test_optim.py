@@ -705,3 +705,65 @@ def test_parameters_without_gradients_are_left_alone():
     opt.step()
     assert torch.equal(U, before) and len(opt.state[U]) == 0
     assert not torch.equal(W, frame(6, 2, seed=38))
+
+
+# --------------------------------------------------------------------------------------------------
+# the frame rule as one pure function; param-group keys
+
+
+@pytest.mark.parametrize("second_moment", SECOND_MOMENTS)
+@pytest.mark.parametrize("projector", PROJECTORS)
+def test_pure_frame_update_is_the_optimizer_step_and_changes_no_input(second_moment, projector):
+    from stiefel_mini import stiefel_adam_frame_update
+
+    retraction = "polar" if projector == "none" else "exp"
+    W = frame(3, 12, 4, seed=1, dtype=F64)
+    opt = StiefelAdam([W], stiefel=True, lr=0.05, second_moment=second_moment, projector=projector,
+                      retraction=retraction)
+    Wf = W.detach().clone()
+    m = torch.zeros_like(Wf)
+    v = torch.zeros({"frame": (3, 1, 1), "column": (3, 1, 4), "element": (3, 12, 4)}[second_moment], dtype=F64)
+    for t in range(1, 4):
+        G = torch.randn(3, 12, 4, generator=gen(10 + t), dtype=F64)
+        W.grad = G.clone()
+        opt.step()
+        inputs = [Wf, G, m, v]
+        copies = [x.clone() for x in inputs]
+        Wf, m, v = stiefel_adam_frame_update(
+            Wf, G, m, v, t, lr=0.05, second_moment=second_moment, projector=projector,
+            retraction=retraction,
+        )
+        for x, c in zip(inputs, copies):
+            assert torch.equal(x, c)  # pure: no argument is changed
+        torch.testing.assert_close(Wf, W.detach(), rtol=0, atol=1e-12)
+        torch.testing.assert_close(m, opt.state[W]["exp_avg"], rtol=0, atol=1e-12)
+        torch.testing.assert_close(v, opt.state[W]["exp_avg_sq"], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("typo", ["max_stpe", "weight_decy", "stifel"])
+def test_unknown_param_group_key_raises_and_lists_the_known_keys(typo):
+    W = frame(5, 2)
+    with pytest.raises(ValueError, match=typo) as info:
+        StiefelAdam([{"params": [W], "stiefel": True, typo: 0.1}])
+    assert "max_step" in str(info.value) and "retraction" in str(info.value)
+    opt = StiefelAdam([{"params": [W], "stiefel": True}])
+    with pytest.raises(ValueError, match=typo):
+        opt.add_param_group({"params": [nn.Parameter(torch.zeros(3))], typo: 1})
+    assert len(opt.param_groups) == 1
+    # what LR schedulers and torch add to groups is accepted
+    StiefelAdam([{"params": [frame(5, 2)], "stiefel": True, "initial_lr": 0.1}])
+
+
+def test_rejected_param_group_is_not_added():
+    W = frame(5, 2)
+    opt = StiefelAdam([{"params": [W], "stiefel": True}])
+    for bad in (
+        {"params": [nn.Parameter(torch.zeros(3))], "lr": -1.0},
+        {"params": [nn.Parameter(torch.zeros(3))], "stiefel": True},
+        {"params": (p for p in [frame(4, 2, seed=3)]), "max_step": 0.0},
+    ):
+        with pytest.raises(ValueError):
+            opt.add_param_group(bad)
+        assert len(opt.param_groups) == 1
+    opt.add_param_group({"params": (p for p in [frame(4, 2, seed=3)]), "stiefel": True})
+    assert len(opt.param_groups[1]["params"]) == 1
