@@ -23,7 +23,10 @@ from pathlib import Path
 import torch
 
 from stiefel_mini.experiments import cifar
-from stiefel_mini.experiments.common import arm_spec, make_optimizer, parse_config, provenance, set_threads
+from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_options
+from stiefel_mini.experiments.config import parse_config
+from stiefel_mini.experiments.records import provenance
+from stiefel_mini.experiments.runtime import set_threads
 
 SECTION = "## Training throughput"
 
@@ -60,8 +63,8 @@ def measure(cfg: ThroughputConfig) -> dict:
     y = torch.randint(0, 10, (bs,), generator=gen).to(device)
     trainers = {}
     for arm in cfg.arms:
-        model = cifar.build_model(model_cfg, stiefel=arm_spec(arm).stiefel_module).to(device)
-        trainers[arm] = (model, make_optimizer(model, arm, model_cfg))
+        model = cifar.build_model(model_cfg, arm).to(device)
+        trainers[arm] = (model, make_optimizer(model, arm, **optimizer_options(model_cfg)))
 
     # On a CPU the clock is the process's CPU time: other jobs on a shared machine then slow
     # neither arm's number. A GPU's work is not CPU time, so there the clock is wall time.

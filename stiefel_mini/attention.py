@@ -11,7 +11,8 @@ from torch import Tensor, nn
 
 from .geometry import random_stiefel
 
-__all__ = ["StiefelSelfAttention", "frame_parameters", "qk_parameters", "param_groups"]
+__all__ = ["StiefelSelfAttention", "QKNormSelfAttention", "make_attention", "entropy", "frame_parameters",
+           "qk_parameters", "param_groups"]
 
 LOGIT_SCALES = ("fixed", "learned")
 
@@ -43,6 +44,9 @@ class StiefelSelfAttention(nn.Module):
     same point), but ``w_q`` and ``w_k`` are plain weights that :func:`param_groups` hands to AdamW.
     V and the output projection are always unconstrained ``nn.Linear`` layers.
 
+    ``train_qk=False`` creates ``w_q`` and ``w_k`` with ``requires_grad=False``: random frames that
+    stay at their initial value (the frozen-frame baseline); :func:`param_groups` leaves them out.
+
     Shapes: ``w_q``, ``w_k`` ``(n_heads, d_model, d_head)``; input and output ``(B, T, d_model)``.
 
     Reference: Vaswani et al. (2017), "Attention is all you need"; Guerrero, "Stiefel Attention"
@@ -60,6 +64,7 @@ class StiefelSelfAttention(nn.Module):
         causal: bool = False,
         bias: bool = False,
         dropout: float = 0.0,
+        train_qk: bool = True,
     ) -> None:
         super().__init__()
         if d_model <= 0 or n_heads <= 0:
@@ -82,8 +87,8 @@ class StiefelSelfAttention(nn.Module):
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
         self.stiefel, self.causal, self.dropout = stiefel, causal, dropout
         self.logit_scale = logit_scale
-        self.w_q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
-        self.w_k = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.w_q = nn.Parameter(torch.empty(n_heads, d_model, d_head), requires_grad=train_qk)
+        self.w_k = nn.Parameter(torch.empty(n_heads, d_model, d_head), requires_grad=train_qk)
         self.v_proj = nn.Linear(d_model, n_heads * d_head, bias=bias)
         self.out_proj = nn.Linear(n_heads * d_head, d_model, bias=bias)
         if logit_scale == "learned":
@@ -92,15 +97,27 @@ class StiefelSelfAttention(nn.Module):
             self.register_parameter("log_scale", None)
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        """Frames from the Haar measure; V and output projection as ``nn.Linear`` initialises them."""
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Frames from the Haar measure; V and output projection as ``nn.Linear`` initialises them.
+
+        Draws, in this order, ``w_q``, ``w_k``, ``v_proj``, ``out_proj`` from ``generator`` (``None``:
+        torch's global generator), so a seeded generator gives the same start to modules that differ
+        only in flags (``stiefel``, ``train_qk``, QK-norm).
+        """
         with torch.no_grad():
-            self.w_q.copy_(random_stiefel(*self.w_q.shape, dtype=self.w_q.dtype))
-            self.w_k.copy_(random_stiefel(*self.w_k.shape, dtype=self.w_k.dtype))
+            for w in (self.w_q, self.w_k):
+                w.copy_(random_stiefel(*w.shape, generator=generator, dtype=w.dtype, device=w.device))
             if self.log_scale is not None:
                 self.log_scale.fill_(-0.5 * math.log(self.d_head))
-        self.v_proj.reset_parameters()
-        self.out_proj.reset_parameters()
+            for lin in (self.v_proj, self.out_proj):
+                if generator is None:
+                    lin.reset_parameters()
+                    continue
+                # nn.Linear's own initialisation, drawn from ``generator``.
+                nn.init.kaiming_uniform_(lin.weight, a=math.sqrt(5), generator=generator)
+                if lin.bias is not None:
+                    bound = 1.0 / math.sqrt(lin.in_features)
+                    nn.init.uniform_(lin.bias, -bound, bound, generator=generator)
 
     def extra_repr(self) -> str:
         return (
@@ -195,6 +212,56 @@ class StiefelSelfAttention(nn.Module):
     def attention_weights(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """Attention probabilities ``softmax_j(l_ij^h)``, ``(B, n_heads, T, T)``."""
         return self.logits(x, attn_mask).softmax(dim=-1)
+
+
+class QKNormSelfAttention(StiefelSelfAttention):
+    r"""QK-norm: the same module with unconstrained ``W_Q, W_K`` whose queries and keys are
+    normalised before the dot product, ``l_ij = g_h <q_i / ||q_i||, k_j / ||k_j||>``.
+
+    The logits are cosines times a learned per-head gain ``g_h = exp(tau_h)`` (the module's learned
+    ``log_scale``, initialised at ``log sqrt(d_head)``, the size of the logits of LayerNorm-ed queries
+    and keys); ``|l_ij| <= g_h`` whatever the tokens and the weights. ``W_Q^h`` and ``W_K^h`` are then
+    scale-invariant: multiplying either by ``c > 0`` changes nothing.
+
+    Shapes as :class:`StiefelSelfAttention`. Reference: Henry et al. (2020), "Query-key normalization
+    for transformers"; Dehghani et al. (2023), "Scaling vision transformers to 22 billion parameters"
+    (LayerNorm on q and k).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int | None = None, **kwargs: Any) -> None:
+        for key, forced in (("stiefel", False), ("logit_scale", "learned")):
+            if kwargs.get(key, forced) != forced:
+                raise ValueError(f"QKNormSelfAttention has {key}={forced!r}; got {kwargs[key]!r}")
+        kwargs.update(stiefel=False, logit_scale="learned")
+        super().__init__(d_model, n_heads, d_head, **kwargs)
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """As :meth:`StiefelSelfAttention.reset_parameters`, with the gain at ``log sqrt(d_head)``."""
+        super().reset_parameters(generator)
+        with torch.no_grad():
+            self.log_scale.fill_(0.5 * math.log(self.d_head))
+
+    def _qkv(self, x: Tensor, x_q: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        q, k, v = super()._qkv(x, x_q)  # (B, nh, T, hs) each
+        q = F.normalize(q, dim=-1) * self.scale().to(q.dtype).view(1, -1, 1, 1)
+        return q, F.normalize(k, dim=-1), v
+
+
+def make_attention(d_model: int, n_heads: int, d_head: int | None = None, *, qk_norm: bool = False,
+                   stiefel: bool = True, logit_scale: str = "fixed", **kwargs: Any) -> StiefelSelfAttention:
+    """:class:`QKNormSelfAttention` if ``qk_norm`` (which fixes ``stiefel=False`` and a learned scale),
+    else :class:`StiefelSelfAttention` with ``stiefel`` and ``logit_scale``; ``kwargs`` go to either."""
+    if qk_norm:
+        return QKNormSelfAttention(d_model, n_heads, d_head, **kwargs)
+    return StiefelSelfAttention(d_model, n_heads, d_head, stiefel=stiefel, logit_scale=logit_scale, **kwargs)
+
+
+def entropy(p: Tensor) -> Tensor:
+    """Entropy in nats of distributions over the last dim, ``-sum_j p_j log p_j`` (``0 log 0 = 0``).
+
+    Shapes: ``(..., T)`` -> ``(...)``; e.g. attention weights ``(B, n_heads, T, T)`` -> ``(B, n_heads, T)``.
+    """
+    return -torch.special.xlogy(p, p).sum(-1)
 
 
 def _collect(model: nn.Module, method: str) -> Iterator[nn.Parameter]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from stiefel_mini.attention import StiefelSelfAttention, qk_parameters
+from stiefel_mini.attention import StiefelSelfAttention, make_attention, qk_parameters
 
 
 class Block(nn.Module):
@@ -19,10 +19,10 @@ class Block(nn.Module):
     Shapes: (B, T, d_model) -> (B, T, d_model).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int | None, mlp_ratio: int, *, stiefel: bool, logit_scale: str):
+    def __init__(self, d_model: int, n_heads: int, d_head: int | None, mlp_ratio: int, **attention_flags):
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
-        self.attn = StiefelSelfAttention(d_model, n_heads, d_head, stiefel=stiefel, logit_scale=logit_scale)
+        self.attn = make_attention(d_model, n_heads, d_head, **attention_flags)
         self.norm2 = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(
             nn.Linear(d_model, mlp_ratio * d_model),
@@ -47,7 +47,8 @@ class PatchViT(nn.Module):
             ``d_model // n_heads``).
         stiefel: make every block's Q/K projections Stiefel frames (``StiefelSelfAttention``);
             False keeps them ordinary weights with the same initialisation.
-        logit_scale: passed to ``StiefelSelfAttention``.
+        logit_scale, train_qk, qk_norm: passed to :func:`~stiefel_mini.attention.make_attention`
+            (``qk_norm``: QK-norm attention; ``train_qk=False``: frozen random Q/K).
 
     Shapes: (B, 3, image_size, image_size) float -> (B, n_classes) logits.
     """
@@ -66,6 +67,8 @@ class PatchViT(nn.Module):
         mlp_ratio: int = 4,
         stiefel: bool = False,
         logit_scale: str = "fixed",
+        train_qk: bool = True,
+        qk_norm: bool = False,
     ):
         super().__init__()
         if image_size % patch_size:
@@ -75,7 +78,9 @@ class PatchViT(nn.Module):
         self.embed = nn.Linear(in_channels * patch_size * patch_size, d_model)
         self.pos = nn.Parameter(torch.randn(1, n_tokens, d_model) * 0.02)
         self.blocks = nn.ModuleList(
-            Block(d_model, n_heads, d_head, mlp_ratio, stiefel=stiefel, logit_scale=logit_scale) for _ in range(depth)
+            Block(d_model, n_heads, d_head, mlp_ratio, stiefel=stiefel, logit_scale=logit_scale, train_qk=train_qk,
+                  qk_norm=qk_norm)
+            for _ in range(depth)
         )
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, n_classes)

@@ -11,6 +11,7 @@ Functions:
 - :func:`frame_player` — one slider over a list of frames.
 - :func:`frame_grid_player` — two sliders over a 2-D grid of frames (row slider x column slider).
 - :func:`figure_to_png` — render a matplotlib figure to PNG bytes (and close it).
+- :func:`markdown_table` / :func:`show_table` — rows of cells as a Markdown table (text / displayed).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import io
 from typing import Any, Sequence
 
-__all__ = ["figure_to_png", "frame_player", "frame_grid_player"]
+__all__ = ["figure_to_png", "frame_player", "frame_grid_player", "markdown_table", "show_table"]
 
 
 def figure_to_png(fig: Any, *, dpi: int = 80, close: bool = True) -> bytes:
@@ -178,3 +179,23 @@ def frame_grid_player(
     box = w.VBox([row_slider, col_slider, outer])
     box.sliders, box.stack, box.links = (row_slider, col_slider), outer, links
     return box
+
+
+def markdown_table(header: Sequence[Any], body: Sequence[Sequence[Any]]) -> str:
+    """The Markdown text of a table: ``header`` cells, then one line per row of ``body`` (cells via ``str``).
+
+    Raises ``ValueError`` when a row's length differs from the header's.
+    """
+    for i, row in enumerate(body):
+        if len(row) != len(header):
+            raise ValueError(f"row {i} has {len(row)} cells, the header {len(header)}")
+    lines = ["| " + " | ".join(str(c) for c in header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def show_table(header: Sequence[Any], body: Sequence[Sequence[Any]]) -> None:
+    """Display :func:`markdown_table` of ``header`` and ``body`` in the notebook (IPython Markdown)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(markdown_table(header, body)))

@@ -283,3 +283,64 @@ def test_bad_forward_arguments_raise():
         m(torch.zeros(5, 12, dtype=F64))  # no batch dimension
     with pytest.raises(ValueError):
         m(torch.zeros(2, 5, 12, dtype=F64), torch.ones(5, 5, dtype=torch.bool))  # causal and a mask
+
+
+# ---------------------------------------------------------------------------------------------------
+# Variants and flags: QK-norm, frozen Q/K, seeded initialisation, entropy
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_qknorm_logits_are_bounded_by_the_gain():
+    from stiefel_mini.attention import QKNormSelfAttention
+
+    attn = QKNormSelfAttention(16, 2, 4)
+    with torch.no_grad():
+        attn.w_q.mul_(50.0)
+    x = 10 * torch.randn(3, 5, 16)
+    logits = attn.logits(x)
+    assert logits.abs().max() <= attn.scale().max() * (1 + 1e-5)
+    # Scale invariance in W_Q: multiplying it changes nothing.
+    with torch.no_grad():
+        before = attn(x)
+        attn.w_q.mul_(0.01)
+        torch.testing.assert_close(attn(x), before, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="stiefel=False"):
+        QKNormSelfAttention(16, 2, 4, stiefel=True)
+
+
+def test_reset_parameters_with_a_generator_gives_one_start_for_every_variant():
+    from stiefel_mini.attention import make_attention
+
+    def start(**flags):
+        m = make_attention(16, 2, 4, **flags)
+        m.reset_parameters(torch.Generator().manual_seed(7))
+        return {k: v for k, v in m.state_dict().items() if k != "log_scale"}
+
+    ref = start()
+    for flags in ({"stiefel": False}, {"qk_norm": True}, {"train_qk": False}, {"logit_scale": "learned"}):
+        other = start(**flags)
+        assert other.keys() == ref.keys()
+        for k in ref:
+            assert torch.equal(ref[k], other[k]), (flags, k)
+    assert not torch.equal(ref["w_q"], ref["w_k"])
+    # nn.Linear's initialisation bound, drawn from the generator: |W| <= 1 / sqrt(fan_in)
+    assert ref["v_proj.weight"].abs().max() <= 16**-0.5
+    m = make_attention(16, 2, 4)
+    m.reset_parameters(torch.Generator().manual_seed(8))
+    assert not torch.equal(m.w_q, ref["w_q"])
+
+
+def test_frozen_qk_are_left_out_of_the_param_groups():
+    from stiefel_mini.attention import make_attention
+
+    m = make_attention(16, 2, 4, train_qk=False)
+    assert not m.w_q.requires_grad and not m.w_k.requires_grad
+    names = {g["name"]: g["params"] for g in param_groups(m)}
+    assert "frames" not in names and all(p.requires_grad for ps in names.values() for p in ps)
+
+
+def test_entropy_in_nats_with_zero_probabilities():
+    from stiefel_mini.attention import entropy
+
+    p = torch.tensor([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+    torch.testing.assert_close(entropy(p), torch.tensor([1.3862944, 0.0, 0.6931472]))

@@ -79,3 +79,12 @@ def test_frame_grid_player_nests_stacks():
 def test_frame_grid_player_rejects_ragged_grid():
     with pytest.raises(ValueError):
         frame_grid_player([["a", "b"], ["c"]])
+
+
+def test_markdown_table_text_and_row_check():
+    from stiefel_mini.widgets import markdown_table
+
+    assert markdown_table(["a", "b"], [[1, 2.5], ["x", None]]) == (
+        "| a | b |\n| --- | --- |\n| 1 | 2.5 |\n| x | None |")
+    with pytest.raises(ValueError, match="row 0 has 1 cells"):
+        markdown_table(["a", "b"], [[1]])

@@ -1,7 +1,7 @@
 """CIFAR-10 patch benchmark: does constraining Q/K to the Stiefel manifold help a small ViT, and why?
 
 A patch transformer (:class:`stiefel_mini.vit.PatchViT`) is trained on real CIFAR-10 under the
-optimiser arms of :data:`stiefel_mini.experiments.common.ARMS` (A0 AdamW, A0' AdamW without decay
+optimiser arms of :data:`stiefel_mini.experiments.arms.ARMS` (A0 AdamW, A0' AdamW without decay
 on Q/K, A1 StiefelAdam, A3 frozen frames, A4 AdamW with the Q/K learning rate divided by
 sqrt(d_model * d_head), A5 AdamW then polar projection, A7 StiefelAdam with a per-element second
 moment). Starts are paired: for a given seed, every arm begins from the same weights (the
@@ -32,33 +32,23 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from stiefel_mini.experiments import cifar_data
-from stiefel_mini.experiments.common import (
-    ARM_CODES,
-    arm_spec,
-    compare,
-    config_dict,
-    load_results,
-    make_optimizer,
-    parse_config,
-    progress,
-    provenance,
-    save_results,
-    seed_everything,
-    set_threads,
-    t_ci,
-)
+from stiefel_mini.experiments.arms import Arm, arm_spec, make_optimizer, optimizer_options
+from stiefel_mini.experiments.config import cli, parse_cli
+from stiefel_mini.experiments.records import config_dict, load_results, provenance, save_results
+from stiefel_mini.experiments.runtime import generator, progress, set_threads, stream_seed
+from stiefel_mini.experiments.stats import compare, holm
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.vit import PatchViT
 
 ALL_ARMS = ("A0", "A0'", "A1", "A3", "A4", "A5", "A7")
-"""The arms of the benchmark, by their codes in ``common.ARM_CODES``; A0 is the paired baseline."""
+"""The arms of the benchmark, by their codes (``arms.ARMS[...].code``); A0 is the paired baseline."""
 
 
 @dataclass
@@ -87,7 +77,7 @@ class CifarConfig:
     d_head: int | None = None
     mlp_ratio: int = 4
     logit_scale: str = "fixed"
-    # Optimisation (read by common.make_optimizer)
+    # Optimisation (passed to arms.make_optimizer)
     epochs: int = 6
     batch_size: int = 128
     lr: float = 1e-3
@@ -105,6 +95,11 @@ class CifarConfig:
     eval_every: int = 0  # epochs between test evaluations during training; 0: only at the end
     log_every: int = 20  # steps between recorded training-loss points
     progress: bool = True
+    # Random streams: "v0" is the scheme the committed results/cifar files were made with (global torch
+    # seed = seed for the weights, Generator(seed) for batches and augmentation, Generator(10_000 + seed)
+    # for the training subset, Generator(12_345) for the fixed test / train-eval subsets); "streams" is
+    # the package rule (runtime.generator(seed, name)). New studies use "streams".
+    seeding: Literal["v0", "streams"] = "v0"
 
 
 PRESETS: dict[str, CifarConfig] = {
@@ -146,33 +141,46 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_model(cfg: CifarConfig, stiefel: bool) -> PatchViT:
-    """The ViT of ``cfg`` with the global generator seeded by ``cfg.seed`` (identical across arms)."""
-    torch.manual_seed(cfg.seed)
+def stream(cfg: CifarConfig, name: str) -> torch.Generator:
+    """The generator of stream ``name`` (``"batches"``, ``"subset"``, ``"fixed"``) under ``cfg.seeding``.
+
+    ``"fixed"`` is the same for every seed (it picks the test and train-evaluation subsets).
+    """
+    if cfg.seeding == "streams":
+        return generator(0 if name == "fixed" else cfg.seed, name)
+    v0 = {"batches": cfg.seed, "subset": 10_000 + cfg.seed, "fixed": 12_345}
+    return torch.Generator().manual_seed(v0[name])
+
+
+def build_model(cfg: CifarConfig, arm: str | Arm | None = None) -> PatchViT:
+    """The ViT of ``cfg`` for ``arm`` (default ``cfg.arm``), its weights drawn from torch's global
+    generator seeded by the run's seed (the ``"init"`` stream under ``seeding="streams"``), so every
+    arm of a seed starts from the same weights."""
+    spec = arm_spec(cfg.arm if arm is None else arm)
+    torch.manual_seed(stream_seed(cfg.seed, "init") if cfg.seeding == "streams" else cfg.seed)
     return PatchViT(
         patch_size=cfg.patch_size, d_model=cfg.d_model, depth=cfg.depth, n_heads=cfg.n_heads,
-        d_head=cfg.d_head, mlp_ratio=cfg.mlp_ratio, stiefel=stiefel, logit_scale=cfg.logit_scale,
+        d_head=cfg.d_head, mlp_ratio=cfg.mlp_ratio, **spec.module_flags(cfg.logit_scale),
     )
 
 
-def train_indices(labels: torch.Tensor, fraction: float, seed: int) -> torch.Tensor:
-    """The class-balanced training subset of ``fraction`` of the images, fixed by ``seed``.
+def train_indices(labels: torch.Tensor, fraction: float, generator: torch.Generator) -> torch.Tensor:
+    """The class-balanced training subset of ``fraction`` of the images, drawn from ``generator``.
 
-    Nested in ``fraction`` for a given seed, shared by all arms of that seed.
+    Nested in ``fraction`` for a given generator seed, shared by all arms of that seed.
     """
     n_classes = int(labels.max()) + 1
     n = int(round(fraction * labels.numel() / n_classes)) * n_classes
     if n >= labels.numel():
         return torch.arange(labels.numel())
-    # Offset so the subset's generator is not the batch-order generator of the same seed.
-    return cifar_data.balanced_subset(labels, n, torch.Generator().manual_seed(10_000 + seed))
+    return cifar_data.balanced_subset(labels, n, generator)
 
 
-def fixed_subset(labels: torch.Tensor, size: int) -> torch.Tensor:
-    """A class-balanced subset of ``size`` (0 or >= len: all), the same for every seed and arm."""
+def fixed_subset(labels: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
+    """A class-balanced subset of ``size`` (0 or >= len: all) drawn from ``generator``."""
     if size <= 0 or size >= labels.numel():
         return torch.arange(labels.numel())
-    return cifar_data.balanced_subset(labels, size, torch.Generator().manual_seed(12_345))
+    return cifar_data.balanced_subset(labels, size, generator)
 
 
 def lr_factor(step: int, total: int, warmup: int) -> float:
@@ -247,17 +255,20 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     if data is None:
         data = cifar_data.load_cifar10(cfg.data_dir)
     spec = arm_spec(cfg.arm)
-    code = arm_code(cfg.arm)
+    code = spec.label
 
-    model = build_model(cfg, stiefel=spec.stiefel_module).to(device)
-    optimizer = make_optimizer(model, spec, cfg)
+    model = build_model(cfg, spec).to(device)
+    optimizer = make_optimizer(model, spec, **optimizer_options(cfg))
     # One generator drives subset-independent randomness of training: batch order and augmentation.
-    gen = seed_everything(cfg.seed)
+    if cfg.seeding == "v0":
+        torch.manual_seed(cfg.seed)  # what v0 did here; nothing below draws from the global generator
+    gen = stream(cfg, "batches")
 
-    idx = train_indices(data.train_y, cfg.train_fraction, cfg.seed)
+    idx = train_indices(data.train_y, cfg.train_fraction, stream(cfg, "subset"))
     train_x, train_y = data.train_x[idx].to(device), data.train_y[idx].to(device)
-    eval_idx = fixed_subset(train_y.cpu(), cfg.train_eval_size) if cfg.train_eval_size > 0 else None
-    test_idx = fixed_subset(data.test_y, cfg.test_size)
+    eval_idx = (fixed_subset(train_y.cpu(), cfg.train_eval_size, stream(cfg, "fixed"))
+                if cfg.train_eval_size > 0 else None)
+    test_idx = fixed_subset(data.test_y, cfg.test_size, stream(cfg, "fixed"))
     test_x, test_y = data.test_x[test_idx], data.test_y[test_idx]
 
     steps_per_epoch = max(1, train_x.shape[0] // cfg.batch_size)
@@ -366,34 +377,30 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     grid = [(s, f, a) for s in cfg.seeds for f in cfg.train_fractions for a in cfg.arms]
     payload: dict = {}
     for seed, fraction, arm in progress(grid, desc="sweep", enabled=cfg.progress):
-        key = (float(fraction), int(seed), arm_code(arm))
+        key = (float(fraction), int(seed), arm_spec(arm).label)
         if key in done:
             continue
         h = run(dataclasses.replace(cfg, arm=arm, seed=seed, train_fraction=fraction), data)
         h["git_commit"] = prov["git_commit"]
         runs.append(h)
         done.add(key)
-        payload = {"provenance": prov, "settings": _sweep_settings(cfg), "runs": runs, "summary": summarize(runs)}
+        payload = {"provenance": prov, "settings": _sweep_settings(cfg), "runs": runs, "summary": summary_table(runs)}
         if cfg.out:
             save_results(cfg.out, payload)
     if not payload:
-        payload = {"provenance": prov, "settings": _sweep_settings(cfg), "runs": runs, "summary": summarize(runs)}
+        payload = {"provenance": prov, "settings": _sweep_settings(cfg), "runs": runs, "summary": summary_table(runs)}
     return payload
 
 
-def arm_code(arm: str) -> str:
-    """The code (``"A1"``) of an arm given by code or by name."""
-    name = arm_spec(arm).name
-    return next((c for c, n in ARM_CODES.items() if n == name), name)
-
-
-def summarize(runs: list[dict], baseline: str = "A0") -> list[dict]:
+def summary_table(runs: list[dict], baseline: str = "A0") -> list[dict]:
     """One row per (train fraction, arm): accuracy, paired difference to ``baseline``, step and drift.
 
     Only seeds where both the arm and the baseline finished are paired. ``diff_pp`` is the mean of
     the per-seed accuracy differences in percentage points with its 95% t interval (``diff_ci_pp``);
-    ``wins`` counts seeds where the arm's accuracy is higher; ``step_ratio`` is the mean over seeds
-    of qk_step_mean(arm) / qk_step_mean(baseline) (the Q/K step relative to AdamW's).
+    ``p_sign`` / ``p_wilcoxon`` are the exact two-sided paired tests and ``p_wilcoxon_holm`` the
+    Wilcoxon p-value Holm-corrected across every comparison of the table (one family); ``wins``
+    counts seeds where the arm's accuracy is higher; ``step_ratio`` is the mean over seeds of
+    qk_step_mean(arm) / qk_step_mean(baseline) (the Q/K step relative to AdamW's).
     """
     by_key = {run_key(h): h for h in runs}
     rows = []
@@ -418,13 +425,18 @@ def summarize(runs: list[dict], baseline: str = "A0") -> list[dict]:
                 mine = [by_key[(fraction, s, arm)] for s in paired]
                 c = compare([b["test_acc"] for b in base], [m["test_acc"] for m in mine], lower_is_better=False)
                 diffs = [100.0 * d for d in c["differences"]]
-                lo, hi = t_ci(diffs)
+                ci = c["mean_difference_t_interval"]
                 ratios = [m["qk_step_mean"] / b["qk_step_mean"] for m, b in zip(mine, base)]
                 row.update(
-                    paired_seeds=paired, diffs_pp=diffs, diff_pp=float(np.mean(diffs)), diff_ci_pp=[lo, hi],
+                    paired_seeds=paired, diffs_pp=diffs, diff_pp=float(np.mean(diffs)),
+                    diff_ci_pp=None if ci is None else [100.0 * ci[0], 100.0 * ci[1]],
+                    p_sign=c["p_sign"], p_wilcoxon=c["p_wilcoxon"],
                     wins=c["wins"]["wins"], n_pairs=c["wins"]["n"], step_ratio=float(np.mean(ratios)),
                 )
             rows.append(row)
+    tested = [r for r in rows if "p_wilcoxon" in r and r["arm"] != baseline]
+    for r, p in zip(tested, holm([r["p_wilcoxon"] for r in tested])["adjusted"]):
+        r["p_wilcoxon_holm"] = p
     return rows
 
 
@@ -454,17 +466,10 @@ def repro_record(cfg: CifarConfig = PRESETS["repro"]) -> dict:
 def main(argv: Sequence[str] | None = None) -> dict:
     """``--preset NAME`` (cpu, gpu, repro, live; default cpu), then ``--field value`` overrides."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    preset = "cpu"
-    if "--preset" in argv:
-        i = argv.index("--preset")
-        preset = argv[i + 1]
-        del argv[i : i + 2]
-    if preset not in PRESETS:
-        raise SystemExit(f"unknown preset {preset!r}; choices: {sorted(PRESETS)}")
+    cfg, _, preset = parse_cli(CifarConfig, argv, presets=PRESETS, default_preset="cpu",
+                               usage="python -m stiefel_mini.experiments.cifar [--preset NAME] [--field value ...]")
     if preset == "repro":
-        cfg = parse_config(CifarConfig, argv, base=PRESETS["repro"])
         return repro_record(cfg)
-    cfg = parse_config(CifarConfig, argv, base=PRESETS[preset])
     try:
         payload = sweep(cfg)
     except FileNotFoundError as err:
@@ -476,4 +481,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    cli(main)

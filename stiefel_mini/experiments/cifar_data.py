@@ -99,6 +99,22 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "stiefel_mini"
 
 
+OFFLINE_COPY = Path(__file__).resolve().parents[3] / "shared" / "data" / "cifar10-jpeg"
+"""The ImageFolder copy beside the repository on this project's machines (``../shared/data/cifar10-jpeg``)."""
+
+
+def find_data_dir() -> Path | None:
+    """Where CIFAR-10 is on this machine: ``$STIEFEL_MINI_CIFAR_DIR`` if set, else :data:`OFFLINE_COPY`
+    if it exists, else ``None`` (then :func:`load_cifar10` downloads through torchvision).
+
+    The one lookup the chapters use: ``load_cifar10_or_synthetic(find_data_dir())``.
+    """
+    env = os.environ.get(ENV_DATA_DIR)
+    if env:
+        return Path(env).expanduser().resolve()
+    return OFFLINE_COPY if OFFLINE_COPY.is_dir() else None
+
+
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
     """The ImageFolder root to use: ``data_dir`` if given, else ``$STIEFEL_MINI_CIFAR_DIR``, else None."""
     chosen = data_dir if data_dir not in (None, "") else os.environ.get(ENV_DATA_DIR) or None

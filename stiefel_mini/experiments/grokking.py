@@ -7,7 +7,7 @@ generalises to the held-out pairs -- "grokking" (Power et al. 2022). The experim
 seeds that are paired across arms (same data split, same initial weights), how long each arm takes to
 grok and whether the accuracy stays once reached.
 
-Arms (see :data:`ARM_NAMES` and :mod:`stiefel_mini.experiments.common`): ``adamw`` (Q/K decayed like
+Arms (see :data:`ARM_NAMES` and :mod:`stiefel_mini.experiments.arms`): ``adamw`` (Q/K decayed like
 every weight), ``adamw_nodecay_qk``, ``stiefel`` (StiefelAdam's frame rule on the Q/K frames, AdamW on
 the rest), ``frozen`` (random frames never updated) and ``uniform`` (a control: attention weights fixed
 at 1/3, removing the routing entirely).
@@ -28,7 +28,6 @@ import dataclasses
 import math
 import sys
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional, Sequence
@@ -37,20 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from stiefel_mini.attention import StiefelSelfAttention
-from stiefel_mini.experiments.common import (
-    ConfigError,
-    arm_spec,
-    config_dict,
-    config_help,
-    load_results,
-    make_optimizer,
-    parse_config,
-    progress,
-    provenance,
-    save_results,
-    set_threads,
-)
+from stiefel_mini.attention import entropy, make_attention
+from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_options
+from stiefel_mini.experiments.config import ConfigError, cli, config_help, parse_cli, parse_config, preset, split_argv
+from stiefel_mini.experiments.records import config_dict, load_results, provenance, save_results
+from stiefel_mini.experiments.runtime import generator, progress, set_threads
+from stiefel_mini.experiments.stats import compare, holm, summarize
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 
 ARM_NAMES = ("adamw", "adamw_nodecay_qk", "stiefel", "frozen", "uniform")
@@ -93,11 +84,6 @@ PRESETS: dict[str, GrokkingConfig] = {
 }
 
 
-def _sub_seed(seed: int, tag: str) -> int:
-    """A deterministic 31-bit seed for the stream ``tag`` of run ``seed`` (independent of call order)."""
-    return zlib.crc32(f"{seed}/{tag}".encode()) & 0x7FFFFFFF
-
-
 # ----------------------------------------------------------------------------------------------------
 # Data
 # ----------------------------------------------------------------------------------------------------
@@ -132,7 +118,7 @@ def make_dataset(p: int, op: str, train_frac: float, seed: int) -> dict[str, Ten
     Returns ``x_train (N_tr, 3)``, ``y_train (N_tr,)``, ``x_val (N_val, 3)``, ``y_val (N_val,)``.
     """
     x, y = modular_table(p, op)
-    g = torch.Generator().manual_seed(_sub_seed(seed, "split"))
+    g = generator(seed, "split")
     perm = torch.randperm(len(y), generator=g)
     n_train = int(round(train_frac * len(y)))
     tr, va = perm[:n_train], perm[n_train:]
@@ -149,8 +135,9 @@ class GrokkingTransformer(nn.Module):
 
     ``h0 = E[tokens] + P`` (B, 3, d); ``h1 = h0 + Attn(h0)``; ``h2 = h1 + W_out relu(W_in h1 + b_in)
     + b_out``; logits ``= U h2`` at the last position, over the ``p`` answers. No layer norm. The
-    attention is :class:`~stiefel_mini.attention.StiefelSelfAttention` (``stiefel`` flag per arm);
-    ``uniform=True`` replaces its weights by 1/3 (the control arm).
+    attention is :func:`~stiefel_mini.attention.make_attention` with the arm's module flags
+    (``stiefel``, ``train_qk``, ``qk_norm``, ``logit_scale``); ``uniform=True`` replaces its weights by
+    1/3 (the control arm).
 
     Only the last position feeds the loss, and nothing after the attention mixes positions, so
     :meth:`forward` computes keys and values for the three tokens but the query, the residual stream
@@ -159,18 +146,19 @@ class GrokkingTransformer(nn.Module):
 
     Initialisation (Nanda et al.): every weight ``N(0, 1/fan_in)``-like, biases 0, Q/K Haar-random
     frames (columns of norm 1, as Gaussian 1/sqrt(d_model) columns are on average). Each parameter is
-    drawn from its own generator seeded by ``(seed, name)``, so the initial weights do not depend on the
-    arm or on the module's ``stiefel`` flag: arms that share a seed share the start.
+    drawn from its own stream ``runtime.generator(seed, name)``, so the initial weights do not depend
+    on the arm or on the module's flags: arms that share a seed share the start.
     """
 
     def __init__(self, p: int, d_model: int = 128, n_heads: int = 4, d_mlp: int = 512, *,
                  stiefel: bool = True, uniform: bool = False, logit_scale: str = "fixed",
-                 seed: int = 0):
+                 train_qk: bool = True, qk_norm: bool = False, seed: int = 0):
         super().__init__()
         self.p, self.uniform = p, uniform
         self.embed = nn.Embedding(p + 1, d_model)
         self.pos = nn.Parameter(torch.empty(3, d_model))
-        self.attn = StiefelSelfAttention(d_model, n_heads, stiefel=stiefel, logit_scale=logit_scale)
+        self.attn = make_attention(d_model, n_heads, stiefel=stiefel, logit_scale=logit_scale, train_qk=train_qk,
+                                   qk_norm=qk_norm)
         self.mlp_in = nn.Linear(d_model, d_mlp)
         self.mlp_out = nn.Linear(d_mlp, d_model)
         self.unembed = nn.Linear(d_model, p, bias=False)
@@ -181,7 +169,7 @@ class GrokkingTransformer(nn.Module):
         """Draw every parameter from the generator of ``(seed, its name)`` (see the class docstring)."""
         frames = {id(self.attn.w_q), id(self.attn.w_k)}
         for name, param in self.named_parameters():
-            g = torch.Generator().manual_seed(_sub_seed(seed, name))
+            g = generator(seed, name)
             if id(param) in frames:
                 param.copy_(random_stiefel(*param.shape, generator=g, dtype=param.dtype))
             elif name == "attn.log_scale":
@@ -236,19 +224,13 @@ class GrokkingTransformer(nn.Module):
 def build_model(cfg: GrokkingConfig) -> GrokkingTransformer:
     """The model of ``cfg.arm`` with the seed's shared initialisation."""
     spec = arm_spec(cfg.arm)
-    return GrokkingTransformer(cfg.p, cfg.d_model, cfg.n_heads, cfg.d_mlp,
-                               stiefel=spec.stiefel_module, uniform=spec.qk == "none",
-                               logit_scale=cfg.logit_scale, seed=cfg.seed)
+    return GrokkingTransformer(cfg.p, cfg.d_model, cfg.n_heads, cfg.d_mlp, uniform=spec.qk == "none",
+                               seed=cfg.seed, **spec.module_flags(cfg.logit_scale))
 
 
 # ----------------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------------
-
-
-def _entropy(w: Tensor) -> Tensor:
-    """Mean entropy (nats) of attention distributions ``(B, H, T)`` per head -> ``(H,)``."""
-    return -(w * w.clamp_min(1e-12).log()).sum(-1).mean(0)
 
 
 def run(cfg: GrokkingConfig) -> dict:
@@ -264,7 +246,7 @@ def run(cfg: GrokkingConfig) -> dict:
     set_threads(cfg.threads)
     data = make_dataset(cfg.p, cfg.op, cfg.train_frac, cfg.seed)
     model = build_model(cfg)
-    opt = make_optimizer(model, cfg.arm, cfg)
+    opt = make_optimizer(model, cfg.arm, **optimizer_options(cfg))
     qk = [model.attn.w_q, model.attn.w_k]  # each (H, d, dh)
     init = [w.detach().clone() for w in qk]
     prev = [w.detach().clone() for w in qk]
@@ -290,7 +272,8 @@ def run(cfg: GrokkingConfig) -> dict:
                     hist[f"step_{tag}"].append(torch.linalg.matrix_norm(W - Wp).mean().item())
                     hist[f"dist_{tag}"].append(torch.linalg.matrix_norm(W - W0).mean().item())
                     hist[f"orth_{tag}"].append(orthogonality_error(W).mean().item())
-                hist["entropy"].append(_entropy(model.last_attention(xv[:512])).tolist())
+                # (B, H, 3) -> per head, mean over the examples: (H,)
+                hist["entropy"].append(entropy(model.last_attention(xv[:512])).mean(0).tolist())
             bar.set_postfix(train=f"{hist['train_acc'][-1]:.2f}", val=f"{hist['val_acc'][-1]:.2f}",
                             refresh=False)
         if step == cfg.steps:
@@ -407,29 +390,34 @@ def runs_by_arm(results: dict) -> dict[str, list[dict]]:
     return {a: [by_seed[s][a] for s in seeds] for a in arms}
 
 
-def summary_table(results: dict, baseline: str = "adamw", seed: int = 0) -> list[dict]:
+def summary_table(results: dict, baseline: str = "adamw") -> list[dict]:
     """One row per (arm, metric): median and quartiles, and the paired comparison with ``baseline``.
 
-    Each row holds ``arm``, ``metric``, ``median``, ``q25``, ``q75``, ``n_missing`` (censored runs),
-    and for arms other than the baseline ``diff_median`` (median over seeds of arm - baseline),
-    ``diff_ci`` (bootstrap 95% CI of that median) and ``wins``/``ties``/``n`` (seeds on which the arm
-    beats the baseline in the metric's better direction).
+    Each row holds ``arm``, ``metric``, the :func:`~stiefel_mini.experiments.stats.summarize` numbers
+    (``median``, ``q25``, ``q75``, ``n_censored``: runs that never reached a "steps to" threshold,
+    counted as +inf), and for arms other than the baseline: ``diff_median`` (median over seeds of
+    arm - baseline) with ``diff_interval`` and its honest name ``diff_interval_name`` (``"range"`` for
+    n <= 5, see :func:`~stiefel_mini.experiments.stats.median_interval`), ``p_sign`` and
+    ``p_wilcoxon`` (exact two-sided), ``p_wilcoxon_holm`` (Holm-corrected across every comparison of
+    this table, one family) and ``wins``/``ties``/``n`` (seeds on which the arm beats the baseline).
     """
-    from stiefel_mini.experiments.common import compare, summarize
-
     runs = runs_by_arm(results)
     rows = []
     for arm, arm_runs in runs.items():
         for key, lower, censored in TABLE_METRICS:
-            missing = math.inf if censored else math.nan
             vals = [r["metrics"][key] for r in arm_runs]
-            row = {"arm": arm, "metric": key, **summarize(vals, missing)}
+            row = {"arm": arm, "metric": key, **summarize(vals, censored=censored)}
             if arm != baseline:
                 base = [r["metrics"][key] for r in runs[baseline]]
-                c = compare(base, vals, lower_is_better=lower, missing=missing, seed=seed)
-                row.update(diff_median=c["median_difference"], diff_ci=c["median_difference_ci"],
+                c = compare(base, vals, lower_is_better=lower, censored=censored)
+                med = c["median_difference"]
+                row.update(diff_median=med["median"], diff_interval=[med["low"], med["high"]],
+                           diff_interval_name=med["name"], p_sign=c["p_sign"], p_wilcoxon=c["p_wilcoxon"],
                            wins=c["wins"]["wins"], ties=c["wins"]["ties"], n=c["wins"]["n"])
             rows.append(row)
+    tested = [r for r in rows if "p_wilcoxon" in r]
+    for r, p in zip(tested, holm([r["p_wilcoxon"] for r in tested])["adjusted"]):
+        r["p_wilcoxon_holm"] = p
     return rows
 
 
@@ -524,32 +512,6 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
     return payload
 
 
-def _split_argv(argv: Sequence[str], cls: type) -> tuple[list[str], list[str]]:
-    """Split ``--field value...`` tokens into those naming a field of ``cls`` and the rest."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    mine: list[str] = []
-    rest: list[str] = []
-    target = rest
-    for tok in argv:
-        if tok.startswith("--"):
-            key = tok[2:].partition("=")[0].replace("-", "_")
-            target = mine if key in names else rest
-        target.append(tok)
-    return mine, rest
-
-
-def _base_config(argv: list[str]) -> GrokkingConfig:
-    """``--preset NAME`` (default cpu) then the remaining overrides."""
-    preset = "cpu"
-    if "--preset" in argv:
-        i = argv.index("--preset")
-        preset = argv[i + 1]
-        argv = argv[:i] + argv[i + 2:]
-    if preset not in PRESETS:
-        raise SystemExit(f"--preset: expected one of {sorted(PRESETS)}, got {preset!r}")
-    return parse_config(GrokkingConfig, argv, base=PRESETS[preset])
-
-
 def _check_arm(arm: str) -> None:
     try:
         arm_spec(arm)
@@ -566,20 +528,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(config_help(SweepConfig) + "\n" + config_help(GrokkingConfig))
         return
     if argv and argv[0] == "sweep":
-        sweep_argv, rest = _split_argv(argv[1:], SweepConfig)
+        sweep_argv, rest = split_argv(argv[1:], SweepConfig)
         scfg = parse_config(SweepConfig, sweep_argv)
-        base = _base_config(["--preset", scfg.preset, *rest])
+        base = parse_config(GrokkingConfig, rest, base=preset(PRESETS, scfg.preset))
         for arm in scfg.arms:
             _check_arm(arm)
         payload = sweep(scfg, base)
         print(f"wrote {scfg.out}: {len(payload['runs'])} runs")
         return
-    out = None
-    if "--out" in argv:
-        i = argv.index("--out")
-        out = argv[i + 1]
-        argv = argv[:i] + argv[i + 2:]
-    cfg = _base_config(argv)
+    cfg, out, _ = parse_cli(GrokkingConfig, argv, presets=PRESETS, default_preset="cpu")
     _check_arm(cfg.arm)
     result = run(cfg)
     m = result["metrics"]
@@ -592,7 +549,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ConfigError as err:  # a bad override: one line naming the field, no traceback
-        raise SystemExit(f"error: {err}") from None
+    cli(main)

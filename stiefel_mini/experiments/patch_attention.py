@@ -14,7 +14,7 @@ are the prediction. Variants (:data:`VARIANTS`), all from the same initial weigh
 * ``"stiefel"``: Q/K frames, fixed scale ``1/sqrt(d_head)``, trained with StiefelAdam;
 * ``"stiefel_learned"``: Q/K frames with ``logit_scale="learned"`` (a per-head temperature);
 * ``"free"``: the same module with ``stiefel=False``, trained with AdamW (no decay);
-* ``"qknorm"``: :class:`~stiefel_mini.experiments.weight_decay.QKNormSelfAttention`, AdamW.
+* ``"qknorm"``: :class:`~stiefel_mini.attention.QKNormSelfAttention`, AdamW.
 
 ``run(cfg) -> history`` trains every variant and returns the trained modules with their loss curves.
 CLI: ``python -m stiefel_mini.experiments.patch_attention --steps 200``.
@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from stiefel_mini.attention import StiefelSelfAttention, param_groups
-from stiefel_mini.experiments.common import parse_config, set_threads
-from stiefel_mini.experiments.weight_decay import QKNormSelfAttention
+from stiefel_mini.attention import QKNormSelfAttention, StiefelSelfAttention, param_groups
+from stiefel_mini.experiments.config import parse_config
+from stiefel_mini.experiments.runtime import set_threads
 from stiefel_mini.geometry import random_stiefel
 from stiefel_mini.optim import StiefelAdam
 

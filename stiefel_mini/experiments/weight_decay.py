@@ -44,15 +44,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from stiefel_mini.attention import StiefelSelfAttention, param_groups
-from stiefel_mini.experiments.common import (
-    config_dict,
-    parse_config,
-    progress,
-    provenance,
-    save_results,
-    set_threads,
-)
+from stiefel_mini.attention import QKNormSelfAttention, StiefelSelfAttention, param_groups
+from stiefel_mini.experiments.config import parse_config
+from stiefel_mini.experiments.records import config_dict, provenance, save_results
+from stiefel_mini.experiments.runtime import progress, set_threads
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 from stiefel_mini.optim import StiefelAdam
 
@@ -82,34 +77,6 @@ __all__ = [
 ]
 
 ARMS = ("adamw", "stiefel", "qknorm")
-
-
-class QKNormSelfAttention(StiefelSelfAttention):
-    r"""QK-norm: the same module with unconstrained ``W_Q, W_K`` whose queries and keys are
-    normalised before the dot product, ``l_ij = g_h <q_i / ||q_i||, k_j / ||k_j||>``.
-
-    The logits are cosines times a learned per-head gain ``g_h = exp(tau_h)`` (the module's learned
-    ``log_scale``, initialised at ``log sqrt(d_head)``, the size of the logits of LayerNorm-ed queries
-    and keys); ``|l_ij| <= g_h`` whatever the tokens and the weights. ``W_Q^h`` and ``W_K^h`` are then
-    scale-invariant: multiplying either by ``c > 0`` changes nothing.
-
-    Reference: Henry et al. (2020), "Query-key normalization for transformers"; Dehghani et al.
-    (2023), "Scaling vision transformers to 22 billion parameters" (LayerNorm on q and k).
-    """
-
-    def __init__(self, d_model: int, n_heads: int, d_head: int | None = None, **kwargs: Any) -> None:
-        kwargs.update(stiefel=False, logit_scale="learned")
-        super().__init__(d_model, n_heads, d_head, **kwargs)
-
-    def reset_parameters(self) -> None:
-        super().reset_parameters()
-        with torch.no_grad():
-            self.log_scale.fill_(0.5 * math.log(self.d_head))
-
-    def _qkv(self, x: Tensor, x_q: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = super()._qkv(x, x_q)
-        q = F.normalize(q, dim=-1) * self.scale().to(q.dtype).view(1, -1, 1, 1)
-        return q, F.normalize(k, dim=-1), v
 
 
 @dataclass

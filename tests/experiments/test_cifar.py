@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from stiefel_mini.experiments import cifar, cifar_data
+from stiefel_mini.experiments import cifar, cifar_data, runtime
 from stiefel_mini.experiments.cifar import PRESETS, REPRO_TINY_SET, CifarConfig
 from stiefel_mini.geometry import orthogonality_error
 
@@ -96,13 +96,24 @@ def test_augment_is_a_crop_and_flip_of_each_image():
 
 def test_balanced_subsets_are_nested_and_balanced():
     labels = torch.arange(10).repeat(50)  # 500 labels, 50 per class
-    small = cifar.train_indices(labels, 0.2, seed=3)
-    large = cifar.train_indices(labels, 0.6, seed=3)
+    small = cifar.train_indices(labels, 0.2, torch.Generator().manual_seed(3))
+    large = cifar.train_indices(labels, 0.6, torch.Generator().manual_seed(3))
     assert labels[small].bincount().tolist() == [10] * 10
     assert labels[large].bincount().tolist() == [30] * 10
     assert set(small.tolist()) <= set(large.tolist())
-    assert not torch.equal(small, cifar.train_indices(labels, 0.2, seed=4))
-    assert cifar.train_indices(labels, 1.0, seed=0).numel() == 500
+    assert not torch.equal(small, cifar.train_indices(labels, 0.2, torch.Generator().manual_seed(4)))
+    assert cifar.train_indices(labels, 1.0, torch.Generator().manual_seed(0)).numel() == 500
+
+
+def test_seeding_v0_is_the_committed_scheme_and_streams_the_package_rule():
+    cfg = dataclasses.replace(PRESETS["repro"], seed=2)
+    draw = lambda g: torch.rand(3, generator=g)  # noqa: E731
+    assert torch.equal(draw(cifar.stream(cfg, "subset")), draw(torch.Generator().manual_seed(10_002)))
+    assert torch.equal(draw(cifar.stream(cfg, "batches")), draw(torch.Generator().manual_seed(2)))
+    assert torch.equal(draw(cifar.stream(cfg, "fixed")), draw(torch.Generator().manual_seed(12_345)))
+    new = dataclasses.replace(cfg, seeding="streams")
+    assert torch.equal(draw(cifar.stream(new, "subset")), draw(runtime.generator(2, "subset")))
+    assert torch.equal(draw(cifar.stream(new, "fixed")), draw(cifar.stream(dataclasses.replace(new, seed=5), "fixed")))
 
 
 def test_normalize_standardises_channels():
@@ -119,26 +130,26 @@ def test_normalize_standardises_channels():
 
 def test_vit_shapes_and_patches():
     cfg = dataclasses.replace(PRESETS["repro"], patch_size=8)
-    model = cifar.build_model(cfg, stiefel=True)
+    model = cifar.build_model(cfg, "A1")
     x = torch.randn(5, 3, 32, 32)
     assert model.patches(x).shape == (5, 16, 192)
     # Patch t = (row, col) holds pixels [8 row : 8 row + 8, 8 col : 8 col + 8] of every channel.
     assert torch.equal(model.patches(x)[:, 6].reshape(5, 3, 8, 8), x[:, :, 8:16, 16:24])
     assert model(x).shape == (5, 10)
     wide = dataclasses.replace(cfg, patch_size=4)
-    assert cifar.build_model(wide, stiefel=False).patches(x).shape == (5, 64, 48)
+    assert cifar.build_model(wide, "A0").patches(x).shape == (5, 64, 48)
 
 
 def test_paired_starts_share_every_weight():
     cfg = PRESETS["repro"]
-    plain = cifar.build_model(cfg, stiefel=False).state_dict()
-    framed = cifar.build_model(cfg, stiefel=True).state_dict()
+    plain = cifar.build_model(cfg, "A0").state_dict()
+    framed = cifar.build_model(cfg, "A1").state_dict()
     assert plain.keys() == framed.keys()
     for name in plain:
         assert torch.equal(plain[name], framed[name]), name
-    for p in cifar.build_model(cfg, stiefel=True).qk_parameters():  # the shared start is a frame
+    for p in cifar.build_model(cfg, "A1").qk_parameters():  # the shared start is a frame
         assert orthogonality_error(p.detach()).max() < 1e-5
-    other_seed = cifar.build_model(dataclasses.replace(cfg, seed=1), stiefel=True).state_dict()
+    other_seed = cifar.build_model(dataclasses.replace(cfg, seed=1), "A1").state_dict()
     assert not torch.equal(other_seed["embed.weight"], framed["embed.weight"])
 
 
@@ -219,3 +230,13 @@ def test_missing_data_falls_back_to_the_stand_in_with_a_warning(tmp_path):
     assert data.source == cifar_data.SYNTHETIC_SOURCE and len(data.train_y) == 20
     with pytest.raises(FileNotFoundError, match="CIFAR-10 was not found"):
         cifar_data.load_cifar10(tmp_path / "absent")
+
+
+def test_find_data_dir_prefers_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(cifar_data.ENV_DATA_DIR, str(tmp_path))
+    assert cifar_data.find_data_dir() == tmp_path.resolve()
+    monkeypatch.delenv(cifar_data.ENV_DATA_DIR)
+    monkeypatch.setattr(cifar_data, "OFFLINE_COPY", tmp_path / "absent")
+    assert cifar_data.find_data_dir() is None
+    monkeypatch.setattr(cifar_data, "OFFLINE_COPY", tmp_path)
+    assert cifar_data.find_data_dir() == tmp_path

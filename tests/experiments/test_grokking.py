@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from stiefel_mini.experiments import grokking as G
-from stiefel_mini.experiments.common import ConfigError, load_results, parse_config
+from stiefel_mini.experiments.config import ConfigError, parse_config
+from stiefel_mini.experiments.records import load_results
 from stiefel_mini.geometry import orthogonality_error
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "grokking" / "cpu.json"

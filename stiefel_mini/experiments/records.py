@@ -1,0 +1,140 @@
+"""Results files and their provenance: where a number came from, written so that it survives a crash.
+
+:func:`provenance` records the command, git commit and dirty flag, library versions, device and time
+of a run (never the host name); :func:`save_results` writes a JSON payload atomically (an interrupted
+sweep leaves its last complete file); :func:`load_results` reads it back; :func:`jsonable` and
+:func:`config_dict` turn tensors, arrays, dataclasses and non-finite floats into strict JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["provenance", "save_results", "load_results", "jsonable", "config_dict"]
+
+
+def config_dict(cfg: Any) -> dict:
+    """The dataclass ``cfg`` as a JSON-ready dict (tuples become lists)."""
+    return jsonable(dataclasses.asdict(cfg))
+
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=_REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def _device_description(device: str | torch.device | None) -> dict:
+    """What ran the experiment, without the host name: device kind, CPU/GPU model, thread count."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    info: dict[str, Any] = {"device": str(device), "torch_threads": torch.get_num_threads()}
+    if device.type == "cuda" and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(device)
+    info["machine"] = platform.machine()
+    info["processor"] = platform.processor() or None
+    info["cpu_count"] = os.cpu_count()
+    return info
+
+
+def provenance(
+    cfg: Any = None,
+    seeds: Iterable[int] | None = None,
+    command: str | Sequence[str] | None = None,
+    device: str | torch.device | None = None,
+) -> dict:
+    """Where a result came from: command, git commit and dirty flag, versions, device, time (UTC).
+
+    ``command`` defaults to the interpreter's own command line (``sys.orig_argv``), so a results file
+    written by ``python -m stiefel_mini.experiments.grokking ...`` records exactly that line. The git
+    commit is that of the repository holding this package (``None`` outside a checkout); ``dirty`` is
+    true when tracked files differ from it. The host name is deliberately not recorded.
+    """
+    import stiefel_mini
+
+    if command is None:
+        command = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
+    if not isinstance(command, str):
+        command = shlex.join(str(c) for c in command)
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "command": command,
+        "git_commit": commit,
+        "git_dirty": None if status is None else bool(status),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "stiefel_mini": getattr(stiefel_mini, "__version__", None),
+        },
+        **_device_description(device),
+        "config": None if cfg is None else config_dict(cfg),
+        "seeds": None if seeds is None else [int(s) for s in seeds],
+        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def jsonable(obj: Any) -> Any:
+    """Recursively convert to JSON types; non-finite floats become ``None`` (strict JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, torch.Tensor):
+        return jsonable(obj.detach().cpu().tolist())
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        value = float(obj)
+        return value if math.isfinite(value) else None
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return jsonable(dataclasses.asdict(obj))
+    return obj
+
+
+def save_results(path: str | os.PathLike, payload: dict) -> Path:
+    """Write ``payload`` as JSON to ``path`` atomically (temp file + rename), creating parent folders.
+
+    The atomic replace lets a sweep rewrite its results file after every run: an interrupted sweep
+    leaves the last complete file, never a truncated one. NaN/inf are stored as ``null``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as fh:
+        json.dump(jsonable(payload), fh, indent=1, allow_nan=False)
+        fh.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_results(path: str | os.PathLike) -> dict:
+    """Read a results file written by :func:`save_results`."""
+    with open(path) as fh:
+        return json.load(fh)

@@ -1,0 +1,93 @@
+"""Tests of stiefel_mini.experiments.arms: the arm vocabulary and the one optimizer factory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from stiefel_mini.attention import QKNormSelfAttention, make_attention
+from stiefel_mini.experiments import arms
+from stiefel_mini.geometry import orthogonality_error
+from stiefel_mini.optim import StiefelAdam
+
+
+def test_arm_spec_by_name_and_code():
+    assert arms.arm_spec("A1").name == "stiefel" and arms.arm_spec("stiefel").label == "A1"
+    assert arms.arm_spec("qknorm").label == "qknorm"
+    codes = [a.code for a in arms.ARMS.values() if a.code]
+    assert len(codes) == len(set(codes)), "an arm code is used twice"
+    with pytest.raises(ValueError, match="choose a name"):
+        arms.arm_spec("nope")
+    with pytest.raises(ValueError, match="unknown Q/K rule"):
+        arms.Arm("x", "sgd")
+
+
+def _model(arm: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(make_attention(16, 2, 4, **arms.arm_spec(arm).module_flags()),
+                               torch.nn.Linear(16, 16))
+
+
+@dataclass
+class OptCfg:
+    lr: float = 1e-2
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 1.0
+    unrelated: int = 3
+
+
+def test_optimizer_options_reads_only_optimizer_fields():
+    assert arms.optimizer_options(OptCfg()) == {"lr": 1e-2, "betas": (0.9, 0.98), "weight_decay": 1.0}
+
+
+@pytest.mark.parametrize("arm", sorted(arms.ARMS))
+def test_make_optimizer_arms(arm):
+    spec = arms.arm_spec(arm)
+    model = _model(arm)
+    attn = model[0]
+    assert isinstance(attn, QKNormSelfAttention) == spec.qk_norm
+    assert attn.w_q.requires_grad == (spec.qk not in ("frozen", "none"))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = arms.make_optimizer(model, arm, **arms.optimizer_options(OptCfg()))
+    assert isinstance(opt, StiefelAdam) == (spec.qk == "stiefel")
+    x = torch.randn(3, 5, 16)
+    for _ in range(3):
+        opt.zero_grad()
+        model(x).pow(2).sum().backward()
+        opt.step()
+    # The factory changes no parameter itself: only the steps do, and never frozen Q/K.
+    assert torch.equal(attn.w_q, before["0.w_q"]) == (spec.qk in ("frozen", "none"))
+    if spec.stiefel:
+        assert orthogonality_error(attn.w_q.detach()).max() < 1e-4
+    groups = {g["name"]: g for g in opt.param_groups}
+    assert groups["decay"]["weight_decay"] == 1.0 and groups["no_decay"]["weight_decay"] == 0.0
+    qk = groups.get("frames") or groups.get("qk")
+    if spec.qk in ("frozen", "none"):
+        assert qk is None
+    elif spec.qk in ("adamw_nodecay", "adamw_polar", "stiefel"):
+        assert qk["weight_decay"] == 0.0
+    else:
+        assert qk["weight_decay"] == 1.0
+    if spec.qk == "adamw_scaled":
+        assert qk["lr"] == pytest.approx(1e-2 / (16 * 4) ** 0.5)
+    if spec.qk == "stiefel":
+        assert qk["second_moment"] == spec.second_moment and qk["stiefel"]
+
+
+def test_make_optimizer_frame_options_and_qk_decay():
+    model = _model("stiefel")
+    opt = arms.make_optimizer(model, "stiefel", lr=1e-3, frame_lr=0.05, max_step=None, qk_weight_decay=3.0)
+    frames = next(g for g in opt.param_groups if g["name"] == "frames")
+    assert frames["lr"] == 0.05 and frames["max_step"] is None and frames["weight_decay"] == 3.0
+    model = _model("adamw")
+    opt = arms.make_optimizer(model, "adamw", lr=1e-3, weight_decay=0.1, qk_weight_decay=2.0)
+    groups = {g["name"]: g["weight_decay"] for g in opt.param_groups}
+    assert groups == {"qk": 2.0, "decay": 0.1, "no_decay": 0.0}
+
+
+def test_frozen_arm_needs_a_frozen_model():
+    model = _model("stiefel")  # Q/K trainable
+    with pytest.raises(ValueError, match="train_qk=False"):
+        arms.make_optimizer(model, "frozen", lr=1e-3)
