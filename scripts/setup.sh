@@ -81,6 +81,7 @@ else
   fi
 fi
 .venv/bin/python -m pip install --progress-bar off -e '.[book,test]'
+.venv/bin/python -c 'import stiefel_mini, torch, torchvision'   # fail here, loudly, if the install is broken
 
 # 3. Offline browser assets for the built book.
 npm ci --no-audit --no-fund --ignore-scripts
