@@ -4,6 +4,9 @@ Hypothesis profile ``stiefel_core`` (the default here): no per-example deadline 
 shared CPU has noisy timings), a modest number of examples so that the core suite stays well under
 three minutes on two cores, and derandomized so that CI runs are reproducible. Run with
 ``--hypothesis-profile=thorough`` for a longer randomized search.
+
+Skip policy (``skip_policy.py``): with the environment variable ``CI`` set, a skipped test fails
+the run unless it skips for a missing optional extra (package, GPU, platform feature).
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ import os
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+from skip_policy import SkipPolicy
+
+pytest_plugins = ["pytester"]  # tests/test_skip_policy.py runs toy suites in-process
 
 settings.register_profile(
     "stiefel_core",
@@ -50,3 +57,7 @@ def one_thread():
 def two_threads():
     """torch 2.14.1's reported batched-solve failure needs more than one thread."""
     yield from _threads(2)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(SkipPolicy(), "stiefel_mini_skip_policy")
