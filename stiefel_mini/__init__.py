@@ -3,7 +3,14 @@
 >>> from stiefel_mini import StiefelAdam, StiefelSelfAttention, param_groups
 """
 
-from .attention import StiefelSelfAttention, frame_parameters, param_groups, qk_parameters
+from .attention import (
+    QKNormSelfAttention,
+    StiefelSelfAttention,
+    frame_parameters,
+    make_attention,
+    param_groups,
+    qk_parameters,
+)
 from .geometry import (
     RETRACTIONS,
     canonical_gradient,
@@ -22,6 +29,8 @@ __all__ = [
     "StiefelAdam",
     "stiefel_adam_frame_update",
     "StiefelSelfAttention",
+    "QKNormSelfAttention",
+    "make_attention",
     "StiefelMultiheadAttention",
     "convert_attention",
     "param_groups",

@@ -12,14 +12,21 @@ Functions:
 - :func:`frame_grid_player` — two sliders over a 2-D grid of frames (row slider x column slider).
 - :func:`figure_to_png` — render a matplotlib figure to PNG bytes (and close it).
 - :func:`markdown_table` / :func:`show_table` — rows of cells as a Markdown table (text / displayed).
+- :func:`weight_decay_widget` — the weight-decay chapter's two-slider view of a sweep, with
+  :func:`weight_decay_frame_html` for one frame.
 """
 
 from __future__ import annotations
 
+import base64
+import html
 import io
 from typing import Any, Sequence
 
-__all__ = ["figure_to_png", "frame_player", "frame_grid_player", "markdown_table", "show_table"]
+import torch
+
+__all__ = ["figure_to_png", "frame_player", "frame_grid_player", "markdown_table", "show_table",
+           "weight_decay_frame_html", "weight_decay_widget"]
 
 
 def figure_to_png(fig: Any, *, dpi: int = 80, close: bool = True) -> bytes:
@@ -199,3 +206,118 @@ def show_table(header: Sequence[Any], body: Sequence[Sequence[Any]]) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(markdown_table(header, body)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# The weight-decay chapter's widget: frames rendered here from a sweep, sliders linked in the browser
+# ----------------------------------------------------------------------------------------------------
+
+ARM_TITLES = {"adamw": "AdamW", "stiefel": "StiefelAdam", "qknorm": "AdamW + QK-norm"}
+
+
+def _weight_decay_png(history: dict[str, Any], arm: str, i_wd: int, i_snap: int, dpi: int) -> bytes:
+    """One arm's picture for :func:`weight_decay_widget`: head 0's attention map and ``||W_Q^h||_F`` over steps."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    cfg = history["config"]
+    recs = history["runs"][arm]
+    r = recs[i_wd]
+    s = r["snapshots"]
+    attn = s["attn"][i_snap].numpy()
+    slot = history["show_batch"]["slot"].numpy()
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(5.2, 2.3), gridspec_kw={"width_ratios": [1.1, 1]})
+    ax0.imshow(attn, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    ax0.scatter(slot, range(len(slot)), marker="s", s=46, facecolors="none", edgecolors="red", lw=1.2)
+    ax0.set_xticks(range(attn.shape[1]), [*map(str, range(1, attn.shape[1])), "q"])
+    ax0.set_yticks([])
+    ax0.set_xlabel("token (red: the queried pair)")
+    ax0.set_ylabel("8 examples")
+    ax0.set_title("head 0: attention of the query", fontsize=9)
+    steps = r["step"]
+    # No label names the decay: StiefelAdam's picture must be the same for every decay.
+    ax1.plot(steps, recs[0]["norm_q"], color="0.6", ls="--", lw=1, label=f"decay {cfg.weight_decays[0]:g}")
+    ax1.plot(steps, r["norm_q"], color="C0" if arm == "adamw" else "C2", lw=1.6, label="this decay")
+    step = s["step"][i_snap]
+    ax1.plot([step], [torch.linalg.matrix_norm(s["w_q"][i_snap]).mean().item()], "ko", ms=4)
+    top = max(max(rr["norm_q"]) for rrs in history["runs"].values() for rr in rrs)
+    ax1.set_ylim(0, 1.08 * top)
+    ax1.set_xlabel("step")
+    ax1.set_title(r"$\|W_Q^h\|_F$ (mean over heads)", fontsize=9)
+    ax1.legend(fontsize=7, loc="lower right")
+    fig.suptitle(ARM_TITLES.get(arm, arm), fontsize=10, y=1.02)
+    fig.tight_layout()
+    return figure_to_png(fig, dpi=dpi)
+
+
+def weight_decay_frame_html(history: dict[str, Any], i_wd: int, i_snap: int,
+                            pngs: dict[str, bytes] | None = None,
+                            arms: Sequence[str] = ("adamw", "stiefel")) -> str:
+    """HTML of one widget frame: per arm, its image (if ``pngs``) and a readout whose numbers are
+    :func:`~stiefel_mini.experiments.weight_decay.widget_readouts`. Each readout is a
+    ``<div class="wd-readout" data-arm=...>`` with one ``<span data-key=...>`` per number, so a test
+    can read them back."""
+    from stiefel_mini.experiments.weight_decay import widget_readouts
+
+    cfg = history["config"]
+    nums = widget_readouts(history, i_wd, i_snap)
+    step = history["runs"][arms[0]][i_wd]["snapshots"]["step"][i_snap]
+    cols = []
+    for arm in arms:
+        n = nums[arm]
+        img = ""
+        if pngs is not None:
+            b64 = base64.b64encode(pngs[arm]).decode("ascii")
+            img = f'<img class="wd-image" data-arm="{arm}" src="data:image/png;base64,{b64}" style="max-width:100%">'
+        change = "0 (bitwise equal)" if n["max_change"] == 0.0 else f"{n['max_change']:.4e}"
+        cols.append(
+            f'<div style="flex:1 1 0;min-width:15rem">{img}'
+            f'<div class="wd-readout" data-arm="{arm}" style="font-family:monospace;font-size:0.85em">'
+            f"<b>{html.escape(ARM_TITLES.get(arm, arm))}</b>, wd = {cfg.weight_decays[i_wd]:g}, step {step}<br>"
+            f'mean ||W_Q^h||_F = <span data-key="norm_q">{n["norm_q"]:.6f}</span><br>'
+            f'max |W(wd) - W(wd={cfg.weight_decays[0]:g})| = <span data-key="max_change" '
+            f'data-value="{n["max_change"]!r}">{change}</span><br>'
+            f'head-0 attention entropy = <span data-key="entropy">{n["entropy"]:.6f}</span> nats<br>'
+            f'bits of W_Q, W_K: <span data-key="fingerprint">{n["fingerprint"]}</span>'
+            f"</div></div>"
+        )
+    return (f'<div class="wd-frame" data-wd="{cfg.weight_decays[i_wd]!r}" data-step="{step}" '
+            f'style="display:flex;flex-wrap:wrap;gap:1rem">{"".join(cols)}</div>')
+
+
+def weight_decay_widget(history: dict[str, Any], *, arms: Sequence[str] = ("adamw", "stiefel"), dpi: int = 70):
+    """The weight-decay chapter's widget: a weight-decay slider and a training-step slider over frames
+    rendered from a :func:`~stiefel_mini.experiments.weight_decay.sweep` ``history`` (AdamW beside
+    StiefelAdam) at the snapshot steps after step 0. Works in static HTML with no kernel
+    (:func:`frame_grid_player`); both sliders open at their first position. The box carries the CSS
+    class ``wd-widget``. Identical images (StiefelAdam's across decays) are rendered once."""
+    from stiefel_mini.experiments.weight_decay import fingerprint
+
+    cfg = history["config"]
+    snap_steps = history["runs"][arms[0]][0]["snapshots"]["step"]
+    # Step 0 is left out: before the first step no decay has acted, and the widget opens on its first
+    # column, which should already show what the decay does.
+    cols = [i for i, step in enumerate(snap_steps) if step > 0] or list(range(len(snap_steps)))
+    cache: dict[str, bytes] = {}
+    grid = []
+    for i_wd in range(len(cfg.weight_decays)):
+        row = []
+        for i_snap in cols:
+            pngs = {}
+            for arm in arms:
+                r = history["runs"][arm]
+                key = arm + fingerprint(r[i_wd]["snapshots"]["attn"][i_snap],
+                                        torch.tensor(r[i_wd]["norm_q"]), torch.tensor(r[0]["norm_q"]),
+                                        torch.tensor([i_snap, i_wd if r[i_wd]["norm_q"] != r[0]["norm_q"] else 0]))
+                if key not in cache:
+                    cache[key] = _weight_decay_png(history, arm, i_wd, i_snap, dpi)
+                pngs[arm] = cache[key]
+            row.append(weight_decay_frame_html(history, i_wd, i_snap, pngs, arms=arms))
+        grid.append(row)
+    box = frame_grid_player(grid, row_labels=[f"{wd:g}" for wd in cfg.weight_decays],
+                            col_labels=[str(snap_steps[i]) for i in cols],
+                            row_description="weight decay", col_description="training step")
+    box.add_class("wd-widget")
+    return box

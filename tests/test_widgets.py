@@ -88,3 +88,92 @@ def test_markdown_table_text_and_row_check():
         "| a | b |\n| --- | --- |\n| 1 | 2.5 |\n| x | None |")
     with pytest.raises(ValueError, match="row 0 has 1 cells"):
         markdown_table(["a", "b"], [[1]])
+
+
+# ---------------------------------------------------------------------------------------------------
+# The weight-decay widget: what it displays is what the library computes
+# ---------------------------------------------------------------------------------------------------
+
+import re  # noqa: E402
+
+import torch  # noqa: E402
+
+from stiefel_mini.experiments import weight_decay as wdx  # noqa: E402
+from stiefel_mini.widgets import weight_decay_frame_html as widget_frame_html  # noqa: E402
+from stiefel_mini.widgets import weight_decay_widget  # noqa: E402
+
+TINY = wdx.WeightDecayConfig(steps=30, weight_decays=(0.0, 1.0, 10.0), snapshot_steps=(0, 10, 30),
+                             log_every=5, eval_size=64, batch_size=32, arms=("adamw", "stiefel"))
+
+
+@pytest.fixture(scope="module")
+def history():
+    return wdx.sweep(TINY)
+
+
+SPAN = re.compile(r'<div class="wd-readout" data-arm="(\w+)".*?</div>', re.S)
+VALUE = re.compile(r'<span data-key="(\w+)"(?: data-value="([^"]*)")?>([^<]*)</span>')
+
+
+def parse_readouts(frame_html: str) -> dict[str, dict[str, str]]:
+    """``{arm: {key: displayed text}}`` (``max_change`` also as ``max_change_value``: the exact float)."""
+    out = {}
+    for m in SPAN.finditer(frame_html):
+        vals = {}
+        for key, exact, text in VALUE.findall(m.group(0)):
+            vals[key] = text
+            if exact:
+                vals[key + "_value"] = exact
+        out[m.group(1)] = vals
+    return out
+
+
+def test_widget_numbers_agree_with_the_library(history):
+    cfg = history["config"]
+    for i_wd, wd in enumerate(cfg.weight_decays):
+        for i_snap, step in enumerate(cfg.snapshot_steps):
+            shown = parse_readouts(widget_frame_html(history, i_wd, i_snap))
+            assert set(shown) == {"adamw", "stiefel"}
+            for arm in ("adamw", "stiefel"):
+                snap = history["runs"][arm][i_wd]["snapshots"]
+                ref = history["runs"][arm][0]["snapshots"]
+                W_q, W_k = snap["w_q"][i_snap], snap["w_k"][i_snap]
+                # Recomputed here with plain torch, not with the module's helpers.
+                norm = sum(W_q[h].flatten().norm().item() for h in range(W_q.shape[0])) / W_q.shape[0]
+                change = max((W_q - ref["w_q"][i_snap]).abs().max().item(),
+                             (W_k - ref["w_k"][i_snap]).abs().max().item())
+                p = snap["attn"][i_snap]
+                entropy = (-(p * p.clamp_min(1e-30).log()).sum(-1)).mean().item()
+                assert float(shown[arm]["norm_q"]) == pytest.approx(norm, abs=2e-6)
+                assert float(shown[arm]["max_change_value"]) == change
+                assert float(shown[arm]["entropy"]) == pytest.approx(entropy, abs=2e-6)
+                assert shown[arm]["fingerprint"] == wdx.fingerprint(W_q, W_k)
+            if step > 0 and wd > 0:
+                assert shown["stiefel"]["max_change"] == "0 (bitwise equal)"
+                assert shown["adamw"]["max_change"] != "0 (bitwise equal)"
+
+
+def test_widget_stiefel_readout_does_not_depend_on_decay(history):
+    cfg = history["config"]
+    for i_snap in range(len(cfg.snapshot_steps)):
+        frames = [parse_readouts(widget_frame_html(history, i, i_snap))
+                  for i in range(len(cfg.weight_decays))]
+        assert all(f["stiefel"] == frames[0]["stiefel"] for f in frames)
+        if cfg.snapshot_steps[i_snap] > 0:
+            assert frames[-1]["adamw"]["norm_q"] != frames[0]["adamw"]["norm_q"]
+
+
+def test_widget_builds_a_static_grid(history):
+    box = weight_decay_widget(history, dpi=30)
+    assert "wd-widget" in box._dom_classes
+    wd_slider, step_slider = box.sliders
+    assert list(wd_slider.options) == ["0", "1", "10"]
+    assert list(step_slider.options) == ["10", "30"]  # step 0 is left out
+    assert step_slider.index == 0 and all(s.selected_index == 0 for s in box.stack.children)
+    html_00 = box.stack.children[0].children[0].value
+    html_20 = box.stack.children[2].children[0].value
+    assert 'data-step="10"' in html_00
+    img = re.compile(r'<img class="wd-image" data-arm="(\w+)" src="([^"]+)"')
+    imgs_00, imgs_20 = dict(img.findall(html_00)), dict(img.findall(html_20))
+    assert imgs_00["stiefel"] == imgs_20["stiefel"]  # the same bits draw the same picture
+    assert imgs_00["adamw"] != imgs_20["adamw"]

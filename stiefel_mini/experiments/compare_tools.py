@@ -16,6 +16,12 @@ batches and runs the same number of steps at the same learning rate:
   themselves are not constrained.
 * ``adamw``: ``torch.optim.AdamW`` on unconstrained weights, for reference.
 
+The second half of the module executes what weight decay does to an orthogonal weight under each
+library (:func:`torch_orthogonal_decay`, :func:`geotorch_decay`, :func:`geoopt_decay`).
+
+``run(cfg)`` trains one tool (``cfg.tool``); ``sweep(cfg)`` gives one row per tool of ``cfg.tools``.
+CLI: ``python -m stiefel_mini.experiments.compare_tools --steps 40 --weight_decay 0.1``.
+
 Reference: Becigneul & Ganea (2019) and Kochurov et al. (2020) for geoopt; Lezcano-Casado (2019),
 "Trivializations for gradient-based optimization on manifolds" for geotorch; Jordan et al. (2024),
 "Muon: an optimizer for hidden layers in neural networks".
@@ -25,19 +31,46 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import time
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from stiefel_mini.attention import param_groups
+from stiefel_mini.experiments.arms import make_optimizer
+from stiefel_mini.experiments.config import cli, parse_cli
+from stiefel_mini.experiments.records import provenance, save_results
+from stiefel_mini.experiments.runtime import generator, progress, stream_seed
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
-from stiefel_mini.optim import StiefelAdam
 
-__all__ = ["TOOLS", "QKAttention", "Muon", "newton_schulz", "run_tool", "compare", "format_table"]
+__all__ = ["TOOLS", "ToolConfig", "QKAttention", "Muon", "newton_schulz", "run", "sweep", "format_table",
+           "torch_orthogonal_decay", "geotorch_decay", "geoopt_decay", "main"]
 
 TOOLS = ("stiefel_mini", "geoopt", "torch_orthogonal", "geotorch", "muon", "adamw")
+"""The libraries compared (tools, not arms: each is used through its own API)."""
+
+
+@dataclass
+class ToolConfig:
+    """One run (``tool``) and the sweep's list of tools (``tools``), on the same frames and batches.
+
+    :func:`sweep` runs each tool three times: float32 without decay, float32 with ``weight_decay``,
+    and bfloat16 weights without decay; :func:`run` uses ``weight_decay`` and ``dtype`` as given.
+    """
+
+    tool: str = "stiefel_mini"
+    tools: tuple[str, ...] = TOOLS
+    steps: int = 60
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    batch: int = 8
+    seq: int = 16
+    full_batch: bool = False  # reuse one batch every step (deterministic gradients)
+    seed: int = 0
+    progress: bool = False
 
 
 class QKAttention(nn.Module):
@@ -47,9 +80,10 @@ class QKAttention(nn.Module):
     every tool below acts on exactly the same tensors. Shapes: ``(B, T, d_model)`` -> same.
     """
 
-    def __init__(self, d_model: int = 256, d_head: int = 64, n_heads: int = 2, *, seed: int = 0) -> None:
+    def __init__(self, d_model: int = 256, d_head: int = 64, n_heads: int = 2, *,
+                 generator: torch.Generator | None = None) -> None:
         super().__init__()
-        g = torch.Generator().manual_seed(seed)
+        g = generator
         self.w_q = nn.Parameter(random_stiefel(n_heads, d_model, d_head, generator=g))
         self.w_k = nn.Parameter(random_stiefel(n_heads, d_model, d_head, generator=g))
 
@@ -113,7 +147,8 @@ class Muon(torch.optim.Optimizer):
 def _setup(tool: str, model: QKAttention, lr: float, weight_decay: float) -> torch.optim.Optimizer:
     """Attach ``tool`` to the model's frames (in place) and return its optimizer."""
     if tool == "stiefel_mini":
-        return StiefelAdam(param_groups(model, frame_options={"weight_decay": weight_decay}), lr=lr)
+        # Default betas and max_step; the decay is handed to the frames, which ignore it.
+        return make_optimizer(model, "stiefel", lr=lr, qk_weight_decay=weight_decay)
     if tool == "geoopt":
         import geoopt
 
@@ -145,22 +180,13 @@ def _frames(model: QKAttention) -> Tensor:
         return torch.cat([model.w_q, model.w_k]).double()
 
 
-def run_tool(
-    tool: str,
-    *,
-    steps: int = 60,
-    lr: float = 1e-3,
-    weight_decay: float = 0.0,
-    dtype: torch.dtype = torch.float32,
-    batch: int = 8,
-    seq: int = 16,
-    full_batch: bool = False,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Train the frames of a :class:`QKAttention` with one tool and measure what happened.
+def run(cfg: ToolConfig) -> dict[str, Any]:
+    """Train the frames of a :class:`QKAttention` with ``cfg.tool`` and measure what happened.
 
-    Every step draws a new batch, or reuses one batch if ``full_batch`` (deterministic gradients,
-    so that momentum does not average noise away and step lengths show the optimizer alone).
+    The student, the teacher and the batches come from the streams ``"student"``, ``"teacher"`` and
+    ``"data"`` of ``cfg.seed``. Every step draws a new batch, or reuses one batch if ``full_batch``
+    (deterministic gradients, so that momentum does not average noise away and step lengths show the
+    optimizer alone).
 
     Returns a dict with ``ms_per_step`` (median wall time of forward, backward and update),
     ``step_over_lr`` (median over steps 2.. and frames of ``||W_{t+1} - W_t||_F / lr``),
@@ -168,17 +194,19 @@ def run_tool(
     (final ``max ||W^T W - I||_F``), ``loss`` (last training loss), ``frames`` (final frames,
     float64) and ``error`` (``None``, or the exception's message if the tool failed).
     """
-    model = QKAttention(seed=seed)
-    teacher = QKAttention(seed=seed + 1)
+    tool, lr, dtype = cfg.tool, cfg.lr, getattr(torch, cfg.dtype)
+    model = QKAttention(generator=generator(cfg.seed, "student"))
+    teacher = QKAttention(generator=generator(cfg.seed, "teacher"))
     out: dict[str, Any] = {"tool": tool, "error": None}
-    g = torch.Generator().manual_seed(seed + 2)
-    data = [torch.randn(batch, seq, model.w_q.shape[1], generator=g) for _ in range(1 if full_batch else steps)]
-    data = data * steps if full_batch else data
+    g = generator(cfg.seed, "data")
+    n_batches = 1 if cfg.full_batch else cfg.steps
+    data = [torch.randn(cfg.batch, cfg.seq, model.w_q.shape[1], generator=g) for _ in range(n_batches)]
+    data = data * cfg.steps if cfg.full_batch else data
     with torch.no_grad():
         targets = [teacher(x) for x in data]
     try:
         model.to(dtype)
-        opt = _setup(tool, model, lr, weight_decay)
+        opt = _setup(tool, model, lr, cfg.weight_decay)
         times, moves, prev = [], [], _frames(model)
         for x, y in zip(data, targets):
             t0 = time.perf_counter()
@@ -204,15 +232,9 @@ def run_tool(
     return out
 
 
-def compare(
-    tools: tuple[str, ...] = TOOLS,
-    *,
-    steps: int = 60,
-    lr: float = 1e-3,
-    weight_decay: float = 0.1,
-    seed: int = 0,
-) -> list[dict[str, Any]]:
-    """One row per tool: float32 run, the same run with ``weight_decay``, and a bf16-weights run.
+def sweep(cfg: ToolConfig) -> list[dict[str, Any]]:
+    """One row per tool of ``cfg.tools``: float32 run, the same run with ``cfg.weight_decay``, and a
+    bf16-weights run (both without decay when ``cfg.weight_decay`` is 0).
 
     Row keys: ``tool``, ``ms_per_step``, ``step_over_lr``, ``drift``, ``loss`` (float32 run, no
     decay); ``wd_change`` (``||W_wd - W||_F / ||W||_F`` between the final frames with and without
@@ -220,12 +242,13 @@ def compare(
     manifold, below 1 if decay shrinks the weights); ``bf16_drift`` and ``bf16_error``.
     """
     rows = []
-    for tool in tools:
-        base = run_tool(tool, steps=steps, lr=lr, seed=seed)
+    for tool in progress(cfg.tools, desc="tools", enabled=cfg.progress):
+        one = replace(cfg, tool=tool, weight_decay=0.0, dtype="float32")
+        base = run(one)
         if base["error"]:
             raise RuntimeError(f"{tool} failed in float32: {base['error']}")
-        wd = run_tool(tool, steps=steps, lr=lr, weight_decay=weight_decay, seed=seed)
-        bf16 = run_tool(tool, steps=steps, lr=lr, dtype=torch.bfloat16, seed=seed)
+        wd = run(replace(one, weight_decay=cfg.weight_decay))
+        bf16 = run(replace(one, dtype="bfloat16"))
         W, W_wd = base["frames"], wd["frames"]
         rows.append(
             {
@@ -253,3 +276,145 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             f"{r['loss']:>8.4f}{r['wd_change']:>10.1e}{r['wd_norm']:>9.3f}  {bf16}"
         )
     return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """CLI: ``[--out PATH] [--field value ...]``; prints :func:`format_table` of the sweep, and writes
+    the rows with their provenance to ``PATH`` if given."""
+    cfg, out, _ = parse_cli(ToolConfig, list(sys.argv[1:] if argv is None else argv),
+                            usage="python -m stiefel_mini.experiments.compare_tools [--out PATH] [--field value ...]")
+    rows = sweep(cfg)
+    print(format_table(rows))
+    if out:
+        save_results(out, {"experiment": "compare_tools", "provenance": provenance(cfg, [cfg.seed]), "rows": rows})
+        print(f"wrote {out}")
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------
+# Weight decay under the other ways of keeping weights orthogonal
+# ----------------------------------------------------------------------------------------------------
+
+
+def _demo_data(d_in: int, n: int = 32, seed: int = 0) -> Tensor:
+    """``n`` Gaussian inputs of size ``d_in`` from the ``"data"`` stream of ``seed``."""
+    return torch.randn(n, d_in, generator=generator(seed, "data"))
+
+
+def torch_orthogonal_decay(out_features: int = 64, in_features: int = 256, steps: int = 3,
+                           lr: float = 1e-3, weight_decay: float | None = None,
+                           orthogonal_map: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """``nn.Linear(in, out)`` under ``torch.nn.utils.parametrizations.orthogonal`` trained by
+    ``torch.optim.AdamW`` (``weight_decay=None``: AdamW's default, 0.01) on ``||W x||^2``.
+
+    Returns per step (0 = before training): ``norm`` (``||W||_F``), ``orth`` (``||W W^T - I||_F``),
+    ``diag`` (the stored diagonal of the parametrization's unconstrained matrix, for the Householder
+    map; ``None`` otherwise) and the map used.
+    """
+    from torch.nn.utils.parametrizations import orthogonal
+
+    torch.manual_seed(stream_seed(seed, "init"))  # nn.Linear and the parametrization draw globally
+    lin = nn.Linear(in_features, out_features, bias=False)
+    orthogonal(lin, orthogonal_map=orthogonal_map)
+    kwargs = {} if weight_decay is None else {"weight_decay": weight_decay}
+    opt = torch.optim.AdamW(lin.parameters(), lr=lr, **kwargs)
+    x = _demo_data(in_features, seed=seed)
+    param = lin.parametrizations.weight[0]
+    used = param.orthogonal_map.name
+    out: dict[str, Any] = {"map": used, "weight_decay": opt.param_groups[0]["weight_decay"],
+                           "norm": [], "orth": [], "diag": []}
+
+    def record():
+        with torch.no_grad():
+            W = lin.weight
+            out["norm"].append(torch.linalg.matrix_norm(W).item())
+            out["orth"].append(orthogonality_error(W).item())
+            X = lin.parametrizations.weight.original
+            out["diag"].append(X.diagonal().tolist()[:4] if used == "householder" else None)
+
+    record()
+    for _ in range(steps):
+        loss = lin(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        record()
+    return out
+
+
+def geotorch_decay(out_features: int = 16, in_features: int = 64, steps: int = 50,
+                   lr: float = 1e-2, weight_decay: float = 1.0, seed: int = 0) -> dict[str, Any]:
+    """What decoupled weight decay alone does to a ``geotorch.orthogonal`` weight.
+
+    ``geotorch`` writes ``W = phi_B(X)``: an unconstrained matrix X mapped onto the manifold around a
+    base point ``B = phi_B(0)``. First the weight is moved away from B (30 AdamW steps, no decay, on
+    ``-<W, T>`` for a random frame T); then a fresh ``AdamW(weight_decay=...)`` takes ``steps`` steps
+    with zero gradients, so its Adam update is exactly zero and only the decay ``X <- (1 - lr wd) X``
+    acts. Returns per recorded step ``dist_to_base`` (``||W - B||_F``), ``x_norm`` (``||X||_F``) and
+    ``orth`` (``||W W^T - I||_F``), with ``steps_recorded``.
+    """
+    import geotorch
+
+    torch.manual_seed(stream_seed(seed, "init"))  # geotorch samples its start from the global generator
+    T = random_stiefel(out_features, in_features, generator=generator(seed, "target"))
+    lin = nn.Linear(in_features, out_features, bias=False)
+    geotorch.orthogonal(lin, "weight")
+    P = lin.parametrizations.weight
+    opt = torch.optim.AdamW(lin.parameters(), lr=0.05, weight_decay=0.0)
+    for _ in range(30):
+        loss = -(lin.weight * T).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    out: dict[str, Any] = {"weight_decay": weight_decay, "lr": lr, "steps_recorded": [],
+                           "dist_to_base": [], "x_norm": [], "orth": []}
+    decay = torch.optim.AdamW(lin.parameters(), lr=lr, weight_decay=weight_decay)
+    for step in range(steps + 1):
+        if step % max(1, steps // 5) == 0 or step == steps:
+            with torch.no_grad():
+                W = lin.weight
+                base = P[0](torch.zeros_like(P.original))  # B = phi_B(0)
+                out["steps_recorded"].append(step)
+                out["dist_to_base"].append(torch.linalg.matrix_norm(W - base).item())
+                out["x_norm"].append(torch.linalg.matrix_norm(P.original).item())
+                out["orth"].append(orthogonality_error(W).item())
+        if step == steps:
+            break
+        P.original.grad = torch.zeros_like(P.original)  # no loss: only the decay moves X
+        decay.step()
+    return out
+
+
+def geoopt_decay(n: int = 256, p: int = 64, lr: float = 1e-2, weight_decay: float = 0.1,
+                 seed: int = 0) -> dict[str, Any]:
+    """One ``geoopt.optim.RiemannianAdam`` step on a ``ManifoldParameter`` on ``geoopt.Stiefel``.
+
+    Returns: ``grad_rewritten`` (``max |p.grad_after - p.grad_before|`` and its distance from
+    ``weight_decay * W``), ``same_point`` (``max |W(wd) - W(0)|`` after the step: the decay is
+    projected away), and ``accumulated`` (after two ``backward`` calls without ``zero_grad``,
+    how far ``p.grad`` is from the sum of the two true gradients).
+    """
+    import geoopt
+
+    g = generator(seed, "init")
+    W0 = random_stiefel(n, p, generator=g, dtype=torch.float64)
+    G = torch.randn(n, p, generator=g, dtype=torch.float64)
+    result: dict[str, Any] = {"weight_decay": weight_decay}
+    finals = {}
+    for wd in (0.0, weight_decay):
+        param = geoopt.ManifoldParameter(W0.clone(), manifold=geoopt.Stiefel())
+        opt = geoopt.optim.RiemannianAdam([param], lr=lr, weight_decay=wd)
+        (param * G).sum().backward()
+        before = param.grad.clone()
+        opt.step()
+        after = param.grad.clone()
+        finals[wd] = param.detach().clone()
+        if wd:
+            result["grad_change"] = (after - before).abs().max().item()
+            result["grad_change_minus_wdW"] = (after - before - wd * W0).abs().max().item()
+    result["max_change_from_decay"] = (finals[weight_decay] - finals[0.0]).abs().max().item()
+    return result
+
+
+if __name__ == "__main__":
+    cli(main)

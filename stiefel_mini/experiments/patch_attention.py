@@ -9,14 +9,16 @@ token norms are set by the data alone.
 The task is masked-patch reconstruction: a quarter of the patches have their pixels zeroed (their
 position features stay) and the layer must predict the pixels from the other patches. One
 :class:`~stiefel_mini.attention.StiefelSelfAttention` does the work; its output's first 48 entries
-are the prediction. Variants (:data:`VARIANTS`), all from the same initial weights and batches:
+are the prediction. Arms (names of :data:`stiefel_mini.experiments.arms.ARMS`), all from the same
+initial weights and batches, no weight decay:
 
 * ``"stiefel"``: Q/K frames, fixed scale ``1/sqrt(d_head)``, trained with StiefelAdam;
 * ``"stiefel_learned"``: Q/K frames with ``logit_scale="learned"`` (a per-head temperature);
-* ``"free"``: the same module with ``stiefel=False``, trained with AdamW (no decay);
+* ``"adamw"``: the same module with ``stiefel=False`` (unconstrained Q/K), trained with AdamW;
 * ``"qknorm"``: :class:`~stiefel_mini.attention.QKNormSelfAttention`, AdamW.
 
-``run(cfg) -> history`` trains every variant and returns the trained modules with their loss curves.
+``run(cfg) -> history`` trains ``cfg.arm``; ``sweep(cfg)`` trains every arm of ``cfg.arms`` and
+returns the trained modules with their loss curves.
 CLI: ``python -m stiefel_mini.experiments.patch_attention --steps 200``.
 """
 
@@ -25,29 +27,31 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from stiefel_mini.attention import QKNormSelfAttention, StiefelSelfAttention, param_groups
-from stiefel_mini.experiments.config import parse_config
-from stiefel_mini.experiments.runtime import set_threads
-from stiefel_mini.geometry import random_stiefel
-from stiefel_mini.optim import StiefelAdam
+from stiefel_mini.attention import StiefelSelfAttention, make_attention
+from stiefel_mini.experiments.arms import arm_spec, make_optimizer
+from stiefel_mini.experiments.config import cli, parse_cli
+from stiefel_mini.experiments.records import provenance, save_results
+from stiefel_mini.experiments.runtime import generator, progress, set_threads
 
-__all__ = ["PatchConfig", "VARIANTS", "sample_image", "position_features", "patch_tokens",
-           "random_crops", "build_attention", "masked_loss", "run", "main"]
+__all__ = ["PatchConfig", "sample_image", "position_features", "patch_tokens", "random_crops",
+           "mask_tokens", "build_attention", "masked_loss", "run", "sweep", "main"]
 
-VARIANTS = ("stiefel", "stiefel_learned", "free", "qknorm")
 PIXELS = 48  # 4 x 4 x 3
 
 
 @dataclass
 class PatchConfig:
-    variants: tuple[str, ...] = VARIANTS
+    """One run (``arm``) and the sweep's arms (``arms``), same weights and batches for all."""
+
+    arm: str = "stiefel"
+    arms: tuple[str, ...] = ("stiefel", "stiefel_learned", "adamw", "qknorm")
     crop: int = 32  # side of the crops, in pixels of the downsampled image
     downsample: int = 4  # the 600 x 512 photograph becomes 150 x 128
     n_heads: int = 4
@@ -59,6 +63,7 @@ class PatchConfig:
     frame_lr: float = 0.05  # StiefelAdam frames
     seed: int = 0
     threads: int | None = 1
+    progress: bool = False
 
 
 def sample_image(downsample: int = 4) -> Tensor:
@@ -110,21 +115,14 @@ def random_crops(img: Tensor, n: int, size: int, generator: torch.Generator) -> 
     return out
 
 
-def build_attention(variant: str, cfg: PatchConfig, d_model: int) -> StiefelSelfAttention:
-    """The attention module of ``variant``, with weights drawn from ``cfg.seed`` (the same for all)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {list(VARIANTS)}")
-    if variant == "qknorm":
-        attn = QKNormSelfAttention(d_model, cfg.n_heads, cfg.d_head)
-    else:
-        attn = StiefelSelfAttention(d_model, cfg.n_heads, cfg.d_head, stiefel=variant != "free",
-                                    logit_scale="learned" if variant == "stiefel_learned" else "fixed")
-    g = torch.Generator().manual_seed(cfg.seed)
-    with torch.no_grad():
-        attn.w_q.copy_(random_stiefel(*attn.w_q.shape, generator=g))
-        attn.w_k.copy_(random_stiefel(*attn.w_k.shape, generator=g))
-        for lin in (attn.v_proj, attn.out_proj):
-            lin.weight.copy_(torch.randn(lin.weight.shape, generator=g) / math.sqrt(lin.in_features))
+def build_attention(arm: str, cfg: PatchConfig, d_model: int) -> StiefelSelfAttention:
+    """The attention module of ``arm`` (its module flags), with weights from the ``"init"`` stream of
+    ``cfg.seed`` through ``reset_parameters(generator)``: the same start for every arm."""
+    spec = arm_spec(arm)
+    if spec.qk == "none":
+        raise ValueError(f"arm {spec.name} removes the attention; the task needs it")
+    attn = make_attention(d_model, cfg.n_heads, cfg.d_head, **spec.module_flags())
+    attn.reset_parameters(generator(cfg.seed, "init"))
     return attn
 
 
@@ -143,54 +141,67 @@ def masked_loss(attn: StiefelSelfAttention, tokens: Tensor, mask: Tensor, masked
     return (err * mask).sum() / mask.sum().clamp_min(1)
 
 
-def _optimizer(variant: str, attn: StiefelSelfAttention, cfg: PatchConfig) -> torch.optim.Optimizer:
-    groups = param_groups(attn, frame_options={"lr": cfg.frame_lr})
-    if variant.startswith("stiefel"):
-        return StiefelAdam(groups, lr=cfg.lr, weight_decay=0.0)
-    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.0)
+def run(cfg: PatchConfig, image: Tensor | None = None) -> dict[str, Any]:
+    """Train ``cfg.arm`` on the batches of the ``"batches"`` stream of ``cfg.seed``.
 
-
-def run(cfg: PatchConfig) -> dict[str, Any]:
-    """Train every variant on the same batches. Returns ``{"config", "image", "modules", "init",
-    "loss", "wall_time_s"}``: ``modules[v]`` is the trained module, ``init[v]`` a copy before training,
-    ``loss[v]`` the training loss every 10 steps (``loss_steps``)."""
+    Returns ``{"module", "init", "loss", "loss_steps", "wall_time_s"}``: the trained module, a copy
+    before training, and the training loss every 10 steps. ``image``: :func:`sample_image` of
+    ``cfg.downsample`` (loaded when ``None``).
+    """
     set_threads(cfg.threads)
-    img = sample_image(cfg.downsample)
+    img = sample_image(cfg.downsample) if image is None else image
     d_model = PIXELS + 16
+    t0 = time.perf_counter()
+    attn = build_attention(cfg.arm, cfg, d_model)
+    init = build_attention(cfg.arm, cfg, d_model)
+    opt = make_optimizer(attn, cfg.arm, lr=cfg.lr, frame_lr=cfg.frame_lr, weight_decay=0.0)
+    gen = generator(cfg.seed, "batches")
+    losses = []
+    for step in progress(range(cfg.steps), desc=cfg.arm, enabled=cfg.progress):
+        tokens = patch_tokens(random_crops(img, cfg.batch_size, cfg.crop, gen))
+        masked, mask = mask_tokens(tokens, cfg.mask_frac, gen)
+        loss = masked_loss(attn, tokens, mask, masked)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 10 == 0:
+            losses.append(loss.item())
+    return {"module": attn.eval(), "init": init.eval(), "loss": losses,
+            "loss_steps": list(range(0, cfg.steps, 10)), "wall_time_s": time.perf_counter() - t0}
+
+
+def sweep(cfg: PatchConfig) -> dict[str, Any]:
+    """:func:`run` every arm of ``cfg.arms`` on the same batches. Returns ``{"config", "image",
+    "modules", "init", "loss", "loss_steps", "wall_time_s"}`` with ``modules[arm]``, ``init[arm]`` and
+    ``loss[arm]`` from the arm's run."""
+    for arm in cfg.arms:
+        arm_spec(arm)
+    img = sample_image(cfg.downsample)
     out: dict[str, Any] = {"config": cfg, "image": img, "modules": {}, "init": {}, "loss": {},
                            "loss_steps": list(range(0, cfg.steps, 10))}
     t0 = time.perf_counter()
-    for variant in cfg.variants:
-        attn = build_attention(variant, cfg, d_model)
-        init = build_attention(variant, cfg, d_model)
-        opt = _optimizer(variant, attn, cfg)
-        gen = torch.Generator().manual_seed(cfg.seed + 1)
-        losses = []
-        for step in range(cfg.steps):
-            tokens = patch_tokens(random_crops(img, cfg.batch_size, cfg.crop, gen))
-            masked, mask = mask_tokens(tokens, cfg.mask_frac, gen)
-            loss = masked_loss(attn, tokens, mask, masked)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if step % 10 == 0:
-                losses.append(loss.item())
-        out["modules"][variant] = attn.eval()
-        out["init"][variant] = init.eval()
-        out["loss"][variant] = losses
+    for arm in cfg.arms:
+        h = run(replace(cfg, arm=arm), img)
+        out["modules"][arm], out["init"][arm], out["loss"][arm] = h["module"], h["init"], h["loss"]
     out["wall_time_s"] = time.perf_counter() - t0
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """CLI: ``--field value`` overrides of :class:`PatchConfig`; prints the final losses."""
-    cfg = parse_config(PatchConfig, list(sys.argv[1:] if argv is None else argv))
-    h = run(cfg)
-    for v, losses in h["loss"].items():
-        print(f"{v:16s} loss {losses[0]:.4f} -> {sum(losses[-3:]) / 3:.4f}")
+    """CLI: ``[--out PATH] [--field value ...]``; runs the sweep, prints the losses, and writes the loss
+    curves with their provenance to ``PATH`` if given."""
+    cfg, out, _ = parse_cli(PatchConfig, list(sys.argv[1:] if argv is None else argv),
+                            usage="python -m stiefel_mini.experiments.patch_attention [--out PATH] [--field value ...]")
+    h = sweep(cfg)
+    for arm, losses in h["loss"].items():
+        print(f"{arm:16s} loss {losses[0]:.4f} -> {sum(losses[-3:]) / 3:.4f}")
     print(f"({h['wall_time_s']:.1f} s)")
+    if out:
+        save_results(out, {"experiment": "patch_attention", "provenance": provenance(cfg, [cfg.seed]),
+                           "loss": h["loss"], "loss_steps": h["loss_steps"], "wall_time_s": h["wall_time_s"]})
+        print(f"wrote {out}")
     return h
 
 
 if __name__ == "__main__":
-    main()
+    cli(main)

@@ -118,7 +118,7 @@ def test_displayed_numbers_are_the_librarys(page):
     from stiefel_mini.experiments import weight_decay as wdx
 
     cfg = dataclasses.replace(wdx.CHAPTER_CONFIG, arms=("adamw", "stiefel"))
-    history = wdx.run(cfg)
+    history = wdx.sweep(cfg)
     handles = page.locator(".wd-widget .widget-slider .noUi-handle")
     wd_handle = handles.nth(0)
     state = _state(page)

@@ -191,3 +191,23 @@ def test_reproduces_committed_results():
         j = again["step"].index(s)
         assert math.isclose(again["val_loss"][j], full["history"]["val_loss"][i], rel_tol=LOSS_RTOL)
         assert abs(again["val_acc"][j] - full["history"]["val_acc"][i]) <= ACC_ATOL
+
+
+def test_summary_table_pairs_seeds_counts_censoring_and_corrects():
+    def metrics(s95, acc):
+        m = {key: 0.0 for key, _, _ in G.TABLE_METRICS}
+        m.update(steps_to_val95=s95, steps_to_val99=s95, steps_to_train99=40, grok_delay=None if s95 is None else s95 - 40,
+                 final_val_acc=acc)
+        return m
+
+    base = [metrics(s, 0.9) for s in (400, 500, None, 600, 700)]
+    arm = [metrics(s, 0.95) for s in (200, 300, 400, 500, 600)]
+    results = {"sweep": {"arms": ["adamw", "stiefel"]},
+               "runs": [{"arm": "adamw", "seed": i, "metrics": m} for i, m in enumerate(base)]
+               + [{"arm": "stiefel", "seed": i, "metrics": m} for i, m in enumerate(arm)]}
+    rows = {(r["arm"], r["metric"]): r for r in G.summary_table(results)}
+    b95, s95 = rows[("adamw", "steps_to_val95")], rows[("stiefel", "steps_to_val95")]
+    assert b95["n_censored"] == 1 and b95["median"] == 600 and s95["n_censored"] == 0
+    assert s95["wins"] == 5 and s95["p_sign"] == 0.0625 and s95["p_wilcoxon"] == 0.0625
+    assert s95["diff_interval_name"] == "range" and s95["diff_interval"][1] == -100
+    assert s95["p_wilcoxon_holm"] >= s95["p_wilcoxon"] and "p_wilcoxon" not in b95

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -34,15 +35,25 @@ def test_masking_keeps_positions():
     assert torch.equal(masked[~mask], tok[~mask])
 
 
-def test_variants_share_the_start_and_frames_stay_frames():
+def test_arms_share_the_start_and_frames_stay_frames():
     cfg = dataclasses.replace(pa.PatchConfig(), steps=6, batch_size=4)
-    h = pa.run(cfg)
+    h = pa.sweep(cfg)
     w0 = h["init"]["stiefel"].w_q
-    for v in pa.VARIANTS:
-        assert torch.equal(h["init"][v].w_q, w0)
-        assert h["loss"][v][0] > 0
-    for v in ("stiefel", "stiefel_learned"):
-        assert orthogonality_error(h["modules"][v].w_q).max() < 1e-5
-    assert orthogonality_error(h["modules"]["free"].w_q).max() > 1e-3
-    with pytest.raises(ValueError):
+    for arm in cfg.arms:
+        assert torch.equal(h["init"][arm].w_q, w0)
+        assert h["loss"][arm][0] > 0
+    for arm in ("stiefel", "stiefel_learned"):
+        assert orthogonality_error(h["modules"][arm].w_q).max() < 1e-5
+    assert orthogonality_error(h["modules"]["adamw"].w_q).max() > 1e-3
+    one = pa.run(dataclasses.replace(cfg, arm="qknorm"), h["image"])
+    assert one["loss"] == h["loss"]["qknorm"]
+    with pytest.raises(ValueError, match="unknown arm"):
         pa.build_attention("nope", cfg, 64)
+
+
+def test_cli_writes_the_loss_curves(tmp_path, capsys):
+    out = tmp_path / "patch.json"
+    pa.main(["--steps", "2", "--batch_size", "2", "--arms", "stiefel,adamw", "--out", str(out)])
+    stored = json.loads(out.read_text())
+    assert set(stored["loss"]) == {"stiefel", "adamw"} and stored["provenance"]["config"]["steps"] == 2
+    assert "stiefel" in capsys.readouterr().out
