@@ -40,7 +40,8 @@ class Arm:
     ``"adamw_polar"`` (AdamW step on the frames, then the polar projection back onto the manifold),
     ``"stiefel"`` (StiefelAdam's frame rule), ``"frozen"`` (random frames, never updated), ``"none"``
     (the experiment removes the attention routing; Q/K are unused and not trained).
-    ``second_moment``: StiefelAdam's second-moment pooling for ``qk="stiefel"``.
+    ``second_moment``, ``projector``: StiefelAdam's second-moment pooling and tangent projector for
+    ``qk="stiefel"``.
     ``qk_norm``: the attention is :class:`~stiefel_mini.attention.QKNormSelfAttention`.
     ``logit_scale``: forces the attention's logit scale (``None``: the experiment's setting).
     """
@@ -49,6 +50,7 @@ class Arm:
     qk: str
     code: str | None = None
     second_moment: str = "frame"
+    projector: str = "euclidean"
     qk_norm: bool = False
     logit_scale: str | None = None
     description: str = ""
@@ -84,8 +86,16 @@ ARMS: dict[str, Arm] = {
         Arm("adamw_scaled_qk", "adamw_scaled", "A4", description="AdamW, Q/K lr / sqrt(d_model*d_head)"),
         Arm("adamw_polar", "adamw_polar", "A5", description="AdamW on Q/K, then polar projection each step"),
         Arm("stiefel_element", "stiefel", "A7", "element", description="StiefelAdam, per-element second moment"),
+        Arm("stiefel_column", "stiefel", second_moment="column",
+            description="StiefelAdam, per-column second moment"),
+        Arm("stiefel_canonical", "stiefel", projector="canonical",
+            description="StiefelAdam with the canonical-metric projector"),
+        Arm("stiefel_noproj", "stiefel", projector="none",
+            description="StiefelAdam without tangent projection or transport (then the retraction)"),
         Arm("stiefel_learned", "stiefel", logit_scale="learned",
             description="StiefelAdam on Q/K frames, learned per-head logit scale"),
+        Arm("frozen_learned", "frozen", logit_scale="learned",
+            description="random Q/K frames, never updated, learned per-head logit scale"),
         Arm("qknorm", "adamw", qk_norm=True, description="AdamW on QK-norm attention (normalised q, k; learned gain)"),
         Arm("uniform", "none", description="control: uniform attention, Q/K unused"),
     ]
@@ -184,7 +194,7 @@ def make_optimizer(
     elif spec.qk == "stiefel":
         frame_options = {"weight_decay": 0.0 if qk_weight_decay is None else qk_weight_decay,
                          "lr": frame_lr, "second_moment": spec.second_moment, "max_step": max_step,
-                         "retraction": retraction}
+                         "retraction": retraction, "projector": spec.projector}
         opt_cls = StiefelAdam
     groups = param_groups(model, weight_decay=weight_decay, frame_options=frame_options, qk_options=qk_options)
     return opt_cls(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)

@@ -10,13 +10,17 @@ grok and whether the accuracy stays once reached.
 Arms (see :data:`ARM_NAMES` and :mod:`stiefel_mini.experiments.arms`): ``adamw`` (Q/K decayed like
 every weight), ``adamw_nodecay_qk``, ``stiefel`` (StiefelAdam's frame rule on the Q/K frames, AdamW on
 the rest), ``frozen`` (random frames never updated) and ``uniform`` (a control: attention weights fixed
-at 1/3, removing the routing entirely).
+at 1/3, removing the routing entirely). Round 2 (:data:`ROUND2_ARMS`) separates "Stiefel" from "flat
+attention": ``stiefel_learned`` and ``frozen_learned`` carry a learned per-head temperature started
+at a set logit size (``logit_rms_init``), ``adamw_scaled_qk`` takes AdamW steps on Q/K as small as
+StiefelAdam's, and ``qknorm`` bounds the logits by normalising q and k.
 
 Usage::
 
     python -m stiefel_mini.experiments.grokking --arm stiefel --seed 0 --out results/grokking/one.json
     python -m stiefel_mini.experiments.grokking sweep --seeds 0 1 2 3 4 --out results/grokking/cpu.json
     python -m stiefel_mini.experiments.grokking --preset reference --arm adamw   # Nanda et al. recipe
+    python -m stiefel_mini.experiments.grokking sweep --plan r2_long   # round 2 (see SWEEP_PLANS)
 
 References: Power et al. (2022), "Grokking: generalization beyond overfitting on small algorithmic
 datasets"; Nanda et al. (2023), "Progress measures for grokking via mechanistic interpretability".
@@ -45,6 +49,8 @@ from stiefel_mini.experiments.stats import compare, holm, summarize
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 
 ARM_NAMES = ("adamw", "adamw_nodecay_qk", "stiefel", "frozen", "uniform")
+ROUND2_ARMS = ("adamw", "stiefel_learned", "frozen_learned", "uniform", "adamw_scaled_qk", "qknorm")
+"""Round 2, in order of information value: the first three separate the optimiser from flat attention."""
 
 
 @dataclass
@@ -66,6 +72,9 @@ class GrokkingConfig:
     weight_decay: float = 1.0
     max_step: Optional[float] = 0.1  # StiefelAdam's cap on a frame step's Frobenius norm
     logit_scale: Literal["fixed", "learned"] = "fixed"
+    # Initial RMS of each head's attention logits for a learned logit scale (QK-norm excepted):
+    # None keeps the module's 1/sqrt(d_head); see match_logit_scale.
+    logit_rms_init: Optional[float] = None
     eval_every: int = 20
     late_frac: float = 0.25  # "late" evaluations: the last late_frac of training
     threads: int = 1
@@ -74,13 +83,22 @@ class GrokkingConfig:
 
 PRESETS: dict[str, GrokkingConfig] = {
     # Nanda et al. (2023): p = 113, 30% train, lr 1e-3, wd 1, betas (0.9, 0.98); groks in ~5-10k epochs.
-    "reference": GrokkingConfig(p=113, lr=1e-3, steps=20_000, eval_every=50),
+    # Learned temperatures start at unit logit RMS, as in "long".
+    "reference": GrokkingConfig(p=113, lr=1e-3, steps=20_000, eval_every=50, logit_rms_init=1.0),
     # The book's CPU setting: the same model and recipe on a smaller modulus (1,044 training
     # equations instead of 3,831) with a 10x larger lr; AdamW reaches 99% validation accuracy within
     # the 1,800 steps on every seed of results/grokking/cpu.json.
     "cpu": GrokkingConfig(),
     # The chapter's live run: small enough to memorise and grok within about a minute of CPU.
     "live": GrokkingConfig(p=31, train_frac=0.5, steps=1200),
+    # Round 2's long horizon: the cpu setting for 8,000 steps (>= 4x the slowest AdamW grok of
+    # results/grokking/cpu.json), learned temperatures started at unit logit RMS (the size the
+    # 1/sqrt(d_head) rule aims at for unit-variance q and k; AdamW's own logits pass it within its
+    # first ~10 steps here, while all arms start at RMS ~0.02 from the shared initialisation).
+    "long": GrokkingConfig(steps=8000, logit_rms_init=1.0),
+    # A few seconds: the tests' stand-in for "long" (same code path, tiny sizes).
+    "tiny": GrokkingConfig(p=11, d_model=16, n_heads=2, d_mlp=32, steps=40, eval_every=5, logit_rms_init=1.0,
+                           progress=False),
 }
 
 
@@ -222,10 +240,44 @@ class GrokkingTransformer(nn.Module):
 
 
 def build_model(cfg: GrokkingConfig) -> GrokkingTransformer:
-    """The model of ``cfg.arm`` with the seed's shared initialisation."""
+    """The model of ``cfg.arm`` with the seed's shared initialisation.
+
+    With ``cfg.logit_rms_init`` set, a learned logit scale (not QK-norm's gain) starts where
+    :func:`match_logit_scale` puts it on the seed's training inputs.
+    """
     spec = arm_spec(cfg.arm)
-    return GrokkingTransformer(cfg.p, cfg.d_model, cfg.n_heads, cfg.d_mlp, uniform=spec.qk == "none",
-                               seed=cfg.seed, **spec.module_flags(cfg.logit_scale))
+    model = GrokkingTransformer(cfg.p, cfg.d_model, cfg.n_heads, cfg.d_mlp, uniform=spec.qk == "none",
+                                seed=cfg.seed, **spec.module_flags(cfg.logit_scale))
+    if cfg.logit_rms_init is not None and model.attn.log_scale is not None and not spec.qk_norm:
+        tokens = make_dataset(cfg.p, cfg.op, cfg.train_frac, cfg.seed)["x_train"]
+        match_logit_scale(model, tokens, cfg.logit_rms_init)
+    return model
+
+
+@torch.no_grad()
+def last_logits(model: GrokkingTransformer, tokens: Tensor) -> Tensor:
+    """Scaled attention logits of the last query over the three positions, ``(B, H, 3)``."""
+    return model.attn.logits(model._residual(tokens))[:, :, -1]  # (B, H, T, T) -> (B, H, T)
+
+
+@torch.no_grad()
+def match_logit_scale(model: GrokkingTransformer, tokens: Tensor, target_rms: float) -> Tensor:
+    """Set each head's learned log-scale so its last-query logits on ``tokens`` have RMS ``target_rms``.
+
+    ``tau_h = log(target_rms / r_h)`` with ``r_h = sqrt(mean_{b, j} (q_b^h . k_{bj}^h)^2)`` the RMS of
+    the unscaled logits of head h over the examples ``b`` and the three keys ``j``. Depends only on
+    the frames, embeddings and positions, which every arm of a seed shares, so two arms with a learned
+    scale start from the same temperatures. Returns the new scales ``(H,)``.
+    """
+    if target_rms <= 0:
+        raise ValueError(f"logit_rms_init must be positive, got {target_rms}")
+    attn = model.attn
+    if attn.log_scale is None:
+        raise ValueError("match_logit_scale needs a model built with logit_scale='learned'")
+    raw = last_logits(model, tokens) / attn.scale().view(1, -1, 1)  # (B, H, 3), unscaled
+    rms = raw.pow(2).mean(dim=(0, 2)).sqrt()  # (H,)
+    attn.log_scale.copy_(torch.log(target_rms / rms))
+    return attn.scale()
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -241,7 +293,10 @@ def run(cfg: GrokkingConfig) -> dict:
     per Q/K projection (mean over heads) the Frobenius norm of the latest update ``||W_s - W_{s-1}||``,
     the distance from initialisation ``||W_s - W_0||`` and the orthogonality error ``||W^T W - I||``;
     and the entropy of the last token's attention per head (on the first 512 validation examples,
-    which keeps evaluation cheap; the entropy is an average and needs no more).
+    which keeps evaluation cheap; the entropy is an average and needs no more); on the same examples
+    the largest absolute last-query logit (``max_logit``) and the logits' RMS (``logit_rms``), both
+    ``None`` for the uniform control; the mean per-head logit scale (``scale``); and the Frobenius norm
+    of every weight tensor (``weight_norm``: ``{name: norm}``).
     """
     set_threads(cfg.threads)
     data = make_dataset(cfg.p, cfg.op, cfg.train_frac, cfg.seed)
@@ -251,7 +306,7 @@ def run(cfg: GrokkingConfig) -> dict:
     init = [w.detach().clone() for w in qk]
     prev = [w.detach().clone() for w in qk]
     keys = ("step", "train_loss", "train_acc", "val_loss", "val_acc", "step_q", "step_k", "dist_q",
-            "dist_k", "orth_q", "orth_k", "entropy")
+            "dist_k", "orth_q", "orth_k", "entropy", "max_logit", "logit_rms", "scale", "weight_norm")
     hist: dict[str, list] = {k: [] for k in keys}
     xt, yt, xv, yv = data["x_train"], data["y_train"], data["x_val"], data["y_val"]
     t0 = time.perf_counter()
@@ -274,6 +329,12 @@ def run(cfg: GrokkingConfig) -> dict:
                     hist[f"orth_{tag}"].append(orthogonality_error(W).mean().item())
                 # (B, H, 3) -> per head, mean over the examples: (H,)
                 hist["entropy"].append(entropy(model.last_attention(xv[:512])).mean(0).tolist())
+                ell = None if model.uniform else last_logits(model, xv[:512])  # (B, H, 3)
+                hist["max_logit"].append(None if ell is None else ell.abs().max().item())
+                hist["logit_rms"].append(None if ell is None else ell.pow(2).mean().sqrt().item())
+                hist["scale"].append(model.attn.scale().mean().item())
+                hist["weight_norm"].append({n: w.norm().item() for n, w in model.named_parameters()
+                                            if w.ndim >= 2})
             bar.set_postfix(train=f"{hist['train_acc'][-1]:.2f}", val=f"{hist['val_acc'][-1]:.2f}",
                             refresh=False)
         if step == cfg.steps:
@@ -315,6 +376,26 @@ def collapses(values: Sequence[float], high: float = 0.95, low: float = 0.5) -> 
     return n
 
 
+def drops(values: Sequence[float], reach: float = 0.95, drop: float = 0.10) -> list[int]:
+    """Indices of the collapses of a validation curve: falls of ``>= drop`` after first reaching ``reach``.
+
+    Armed at the first value ``>= reach``; a collapse is the first later value at or below
+    ``peak - drop``, ``peak`` the highest value since arming. It is re-armed when the curve is back at
+    ``>= reach``, so a curve that oscillates is counted once per fall. With the defaults a collapse
+    takes validation accuracy at least 10 points below a peak of at least 95%.
+    """
+    out, armed, peak = [], False, -math.inf
+    for i, v in enumerate(values):
+        if v >= reach and not armed:
+            armed, peak = True, v
+        elif armed:
+            peak = max(peak, v)
+            if v <= peak - drop + 1e-9:  # 1e-9: 0.96 - 0.10 is 0.8599999... in floating point
+                out.append(i)
+                armed, peak = False, -math.inf
+    return out
+
+
 def metrics(hist: dict, cfg: GrokkingConfig) -> dict:
     """Summary numbers of one run's history.
 
@@ -322,12 +403,17 @@ def metrics(hist: dict, cfg: GrokkingConfig) -> dict:
     never). ``grok_delay``: ``steps_to_val99 - steps_to_train99``. ``late_share95``: share of the
     evaluations in the last ``late_frac`` of training with val acc >= 95%. ``post_grok_share95``: share
     of evaluations after the first >= 95% that stay >= 95%. ``collapses``: falls below 50% after
-    reaching 95%. Frame numbers are at the end of training; ``entropy_final`` is the mean over heads.
+    reaching 95%. ``collapses10``: falls of >= 10 points after first reaching 95% (:func:`drops`),
+    ``first_collapse_step`` the step of the first (None: none); ``steps_above95``: evaluations with
+    val acc >= 95% times ``eval_every`` (the time spent there), ``share_above95`` their share of all
+    evaluations. Frame numbers are at the end of training; ``entropy_final`` is the mean over heads;
+    ``max_logit_final`` / ``max_logit_peak``: the largest attention logit at the end / over training.
     """
     steps, val, train = hist["step"], hist["val_acc"], hist["train_acc"]
     s95, s99, t99 = (first_step(steps, val, 0.95), first_step(steps, val, 0.99),
                      first_step(steps, train, 0.99))
     late = [v for s, v in zip(steps, val) if s >= (1 - cfg.late_frac) * cfg.steps]
+    falls = drops(val)
     post = [v for s, v in zip(steps, val) if s95 is not None and s >= s95]
     return {
         "steps_to_val95": s95,
@@ -340,12 +426,26 @@ def metrics(hist: dict, cfg: GrokkingConfig) -> dict:
         "late_share95": sum(v >= 0.95 for v in late) / len(late),
         "post_grok_share95": None if not post else sum(v >= 0.95 for v in post) / len(post),
         "collapses": collapses(val),
+        "collapses10": len(falls),
+        "first_collapse_step": steps[falls[0]] if falls else None,
+        "steps_above95": cfg.eval_every * sum(v >= 0.95 for v in val),
+        "share_above95": sum(v >= 0.95 for v in val) / len(val),
         "dist_q_final": hist["dist_q"][-1],
         "dist_k_final": hist["dist_k"][-1],
         "orth_q_final": hist["orth_q"][-1],
         "mean_step_q": sum(hist["step_q"][1:]) / max(len(hist["step_q"]) - 1, 1),
+        "mean_step_k": sum(hist["step_k"][1:]) / max(len(hist["step_k"]) - 1, 1),
         "entropy_final": sum(hist["entropy"][-1]) / len(hist["entropy"][-1]),
+        **_logit_metrics(hist),
     }
+
+
+def _logit_metrics(hist: dict) -> dict:
+    """``max_logit_final`` and ``max_logit_peak`` of a history (absent in histories before round 2)."""
+    logits = [v for v in hist.get("max_logit", []) if v is not None]
+    if not logits:
+        return {}
+    return {"max_logit_final": logits[-1], "max_logit_peak": max(logits)}
 
 
 def subsample(hist: dict, max_points: int) -> dict:
@@ -372,25 +472,34 @@ TABLE_METRICS = (
     ("final_val_acc", False, False),
     ("late_share95", False, False),
     ("collapses", True, False),
+    ("collapses10", True, False),
+    ("share_above95", False, False),
     ("dist_q_final", False, False),
     ("entropy_final", False, False),
 )
 
 
-def runs_by_arm(results: dict) -> dict[str, list[dict]]:
+def runs_by_arm(results: dict, weight_decay: float | None = None) -> dict[str, list[dict]]:
     """The runs of a sweep grouped by arm, each list in seed order, keeping only complete seeds.
 
-    A seed counts when every arm of the sweep has finished it, so every comparison is paired.
+    A seed counts when every arm of the sweep has finished it, so every comparison is paired. In a
+    weight-decay sweep, ``weight_decay`` picks the runs at that value (required there).
     """
     arms = list(results["sweep"]["arms"])
+    swept = bool(results["sweep"].get("weight_decays"))
+    if swept and weight_decay is None:
+        raise ValueError("this sweep varies weight_decay: pass weight_decay= one of "
+                         f"{results['sweep']['weight_decays']}")
     by_seed: dict[int, dict[str, dict]] = {}
     for r in results["runs"]:
+        if swept and r["weight_decay"] != weight_decay:
+            continue
         by_seed.setdefault(r["seed"], {})[r["arm"]] = r
     seeds = sorted(s for s, runs in by_seed.items() if all(a in runs for a in arms))
     return {a: [by_seed[s][a] for s in seeds] for a in arms}
 
 
-def summary_table(results: dict, baseline: str = "adamw") -> list[dict]:
+def summary_table(results: dict, baseline: str = "adamw", weight_decay: float | None = None) -> list[dict]:
     """One row per (arm, metric): median and quartiles, and the paired comparison with ``baseline``.
 
     Each row holds ``arm``, ``metric``, the :func:`~stiefel_mini.experiments.stats.summarize` numbers
@@ -400,11 +509,16 @@ def summary_table(results: dict, baseline: str = "adamw") -> list[dict]:
     n <= 5, see :func:`~stiefel_mini.experiments.stats.median_interval`), ``p_sign`` and
     ``p_wilcoxon`` (exact two-sided), ``p_wilcoxon_holm`` (Holm-corrected across every comparison of
     this table, one family) and ``wins``/``ties``/``n`` (seeds on which the arm beats the baseline).
+    Metrics that the runs do not hold (files written before they existed) are left out; in a
+    weight-decay sweep, ``weight_decay`` picks the value (see :func:`runs_by_arm`).
     """
-    runs = runs_by_arm(results)
+    runs = runs_by_arm(results, weight_decay)
+    if not runs[baseline]:
+        raise ValueError(f"no complete paired seed in this results file (arms {list(runs)})")
+    held = runs[baseline][0]["metrics"]
     rows = []
     for arm, arm_runs in runs.items():
-        for key, lower, censored in TABLE_METRICS:
+        for key, lower, censored in (m for m in TABLE_METRICS if m[0] in held):
             vals = [r["metrics"][key] for r in arm_runs]
             row = {"arm": arm, "metric": key, **summarize(vals, censored=censored)}
             if arm != baseline:
@@ -421,7 +535,8 @@ def summary_table(results: dict, baseline: str = "adamw") -> list[dict]:
     return rows
 
 
-def curve_bands(results: dict, arm: str, key: str = "val_acc") -> dict[str, list[float]]:
+def curve_bands(results: dict, arm: str, key: str = "val_acc",
+                weight_decay: float | None = None) -> dict[str, list[float]]:
     """Median and quartiles over seeds of ``history[key]`` per evaluated step, for one arm.
 
     Runs of one sweep share their evaluation steps, so the curves align step by step. ``entropy``
@@ -429,7 +544,7 @@ def curve_bands(results: dict, arm: str, key: str = "val_acc") -> dict[str, list
     """
     import numpy as np
 
-    hists = [r["history"] for r in runs_by_arm(results)[arm]]
+    hists = [r["history"] for r in runs_by_arm(results, weight_decay)[arm]]
     steps = hists[0]["step"]
     vals = np.array([[np.mean(v) if isinstance(v, list) else v for v in h[key]] for h in hists])
     q25, med, q75 = np.quantile(vals, [0.25, 0.5, 0.75], axis=0)  # (n_seeds, n_steps) -> (n_steps,)
@@ -443,7 +558,7 @@ def curve_bands(results: dict, arm: str, key: str = "val_acc") -> dict[str, list
 
 @dataclass
 class SweepConfig:
-    """A paired sweep: every arm on every seed, seed-major, results rewritten after each run."""
+    """A paired sweep: every arm on every seed (and weight decay), seed-major, rewritten after each run."""
 
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     arms: tuple[str, ...] = ARM_NAMES
@@ -456,6 +571,29 @@ class SweepConfig:
     # Arms whose stored runs are dropped and run again, e.g. after a change to their optimiser's
     # numerics (the repro record too, if its arm is among them).
     redo_arms: tuple[str, ...] = ()
+    # A weight-decay sweep: every (seed, arm) at each of these values of ``weight_decay`` (the decay
+    # of every weight outside Q/K; the Q/K rules' own decay as in arms.make_optimizer). () = no sweep.
+    weight_decays: tuple[float, ...] = ()
+
+
+SWEEP_PLANS: dict[str, SweepConfig] = {
+    # Round 2 of issue 17, each resumable (re-run the same command to continue a stopped sweep).
+    # Long horizon: 8,000 steps, the six arms of ROUND2_ARMS; the first three are the priority.
+    "r2_long": SweepConfig(seeds=(0, 1, 2, 3, 4), arms=ROUND2_ARMS, out="results/grokking/r2_long.json",
+                           preset="long", history_points=400, repro_arm="stiefel_learned"),
+    # Weight decay of the rest of the model, 0.1 .. 3 (30x), AdamW against Stiefel, long horizon.
+    "r2_wd": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"), out="results/grokking/r2_wd.json",
+                         preset="long", history_points=400, repro_arm="stiefel_learned",
+                         weight_decays=(0.1, 0.3, 1.0, 3.0)),
+    # Nanda et al.'s p = 113 recipe (20,000 steps).
+    "r2_reference": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"),
+                                out="results/grokking/r2_reference.json", preset="reference", history_points=400,
+                                repro_arm="stiefel_learned"),
+    # Seconds: the tests' version of r2_long and r2_wd.
+    "tiny": SweepConfig(seeds=(0, 1), arms=("adamw", "stiefel_learned", "frozen_learned"),
+                        out="results/grokking/tiny.json", preset="tiny", repro_arm="stiefel_learned",
+                        repro_steps=10),
+}
 
 
 def repro_record(cfg: GrokkingConfig) -> dict:
@@ -464,19 +602,29 @@ def repro_record(cfg: GrokkingConfig) -> dict:
     return {"config": out["config"], "history": out["history"], "metrics": out["metrics"]}
 
 
-def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = None) -> dict:
-    """Run every (seed, arm), writing ``sweep_cfg.out`` after each; resume from an existing file.
+def run_key(r: dict, base: GrokkingConfig) -> tuple:
+    """``(arm, seed, weight_decay)`` of a stored run (runs of files without a decay sweep: the base's)."""
+    return (r["arm"], int(r["seed"]), float(r.get("weight_decay", base.weight_decay)))
 
-    Runs already in the file with the same base config are kept, so an interrupted sweep continues
-    where it stopped; the provenance of the earlier invocations is kept in ``provenance_previous``.
-    Runs of ``redo_arms`` are dropped first and run again. Seed-major order makes every completed
-    seed a complete set of pairs.
+
+def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = None) -> dict:
+    """Run every (seed, weight decay, arm), writing ``sweep_cfg.out`` after each; resume from a file.
+
+    The short reproduction run is stored first, so even a stopped sweep's file can be checked. Runs
+    already in the file with the same base config are kept, so an interrupted sweep continues where
+    it stopped; the provenance of the earlier invocations is kept in ``provenance_previous``, and
+    each run records the commit (``git_commit``, ``git_dirty``) it ran at. A file with a different
+    base config raises a ``ValueError`` rather than being overwritten. Runs of ``redo_arms`` are
+    dropped first and run again. Seed-major order makes every completed seed a complete set of pairs.
     """
     out_path = Path(sweep_cfg.out)
-    base_dict = config_dict(dataclasses.replace(base, arm="*", seed=-1))
+    decays = tuple(float(w) for w in sweep_cfg.weight_decays) or (float(base.weight_decay),)
+    wild = {"arm": "*", "seed": -1, **({"weight_decay": -1.0} if sweep_cfg.weight_decays else {})}
+    base_dict = config_dict(dataclasses.replace(base, **wild))
+    prov = provenance(base, sweep_cfg.seeds, command)
     payload = {
         "experiment": "grokking",
-        "provenance": provenance(base, sweep_cfg.seeds, command),
+        "provenance": prov,
         "sweep": config_dict(sweep_cfg),
         "base_config": base_dict,
         "runs": [],
@@ -484,32 +632,49 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
     }
     if out_path.exists():
         old = load_results(out_path)
-        if old.get("base_config") == base_dict:
-            payload["provenance_previous"] = [*old.get("provenance_previous", []), old["provenance"]]
-            payload["runs"] = [r for r in old["runs"] if r["arm"] not in sweep_cfg.redo_arms]
-            repro = old.get("repro")
-            if repro is not None and repro["config"]["arm"] not in sweep_cfg.redo_arms:
-                payload["repro"] = repro
-    done = {(r["arm"], r["seed"]) for r in payload["runs"]}
-    t_start = time.perf_counter()
-    for seed in sweep_cfg.seeds:
-        for arm in sweep_cfg.arms:
-            if (arm, seed) in done:
-                continue
-            result = run(dataclasses.replace(base, arm=arm, seed=seed))
-            payload["runs"].append({
-                "arm": arm, "seed": seed, "metrics": result["metrics"],
-                "wall_time_s": result["wall_time_s"],
-                "history": subsample(result["history"], sweep_cfg.history_points),
-            })
-            payload["wall_time_s"] = time.perf_counter() - t_start
-            save_results(out_path, payload)
+        if old.get("base_config") != base_dict:
+            changed = sorted(k for k in base_dict if (old.get("base_config") or {}).get(k) != base_dict[k])
+            raise ValueError(f"{out_path} holds runs of another base config (fields {changed}); "
+                             "resume with the same settings, or write to another --out")
+        payload["provenance_previous"] = [*old.get("provenance_previous", []), old["provenance"]]
+        payload["runs"] = [r for r in old["runs"] if r["arm"] not in sweep_cfg.redo_arms]
+        repro = old.get("repro")
+        if repro is not None and repro["config"]["arm"] not in sweep_cfg.redo_arms:
+            payload["repro"] = repro
     if payload["repro"] is None:
         payload["repro"] = repro_record(dataclasses.replace(
             base, arm=sweep_cfg.repro_arm, seed=sweep_cfg.repro_seed, steps=sweep_cfg.repro_steps,
-            progress=False))
+            progress=False, weight_decay=decays[-1] if sweep_cfg.weight_decays else base.weight_decay))
         save_results(out_path, payload)
+    done = {run_key(r, base) for r in payload["runs"]}
+    t_start = time.perf_counter()
+    for seed in sweep_cfg.seeds:
+        for wd in decays:
+            for arm in sweep_cfg.arms:
+                if (arm, seed, wd) in done:
+                    continue
+                result = run(dataclasses.replace(base, arm=arm, seed=seed, weight_decay=wd))
+                payload["runs"].append({
+                    "arm": arm, "seed": seed, "weight_decay": wd, "metrics": result["metrics"],
+                    "wall_time_s": result["wall_time_s"], "git_commit": prov["git_commit"],
+                    "git_dirty": prov["git_dirty"],
+                    "history": subsample(result["history"], sweep_cfg.history_points),
+                })
+                payload["wall_time_s"] = time.perf_counter() - t_start
+                save_results(out_path, payload)
     return payload
+
+
+def _pop_plan(argv: list[str]) -> tuple[SweepConfig | None, list[str]]:
+    """Remove ``--plan NAME`` from ``argv``; return (``SWEEP_PLANS[NAME]`` or None, the rest)."""
+    for i, tok in enumerate(argv):
+        if tok == "--plan" or tok.startswith("--plan="):
+            name = tok.partition("=")[2] if "=" in tok else (argv[i + 1] if i + 1 < len(argv) else "")
+            rest = argv[:i] + argv[i + (1 if "=" in tok else 2):]
+            if name not in SWEEP_PLANS:
+                raise ConfigError(f"--plan: expected one of {sorted(SWEEP_PLANS)}, got {name!r}")
+            return SWEEP_PLANS[name], rest
+    return None, argv
 
 
 def _check_arm(arm: str) -> None:
@@ -520,20 +685,24 @@ def _check_arm(arm: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """CLI: ``[sweep] [--preset cpu|reference] [--field value ...] [--out PATH]``."""
+    """CLI: ``[sweep [--plan NAME]] [--preset NAME] [--field value ...] [--out PATH]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
-        print("usage: python -m stiefel_mini.experiments.grokking [sweep] [--preset "
-              f"{'|'.join(PRESETS)}] [--out PATH] [--field value ...]")
+        print("usage: python -m stiefel_mini.experiments.grokking [sweep [--plan "
+              f"{'|'.join(SWEEP_PLANS)}]] [--preset {'|'.join(PRESETS)}] [--out PATH] [--field value ...]")
         print(config_help(SweepConfig) + "\n" + config_help(GrokkingConfig))
         return
     if argv and argv[0] == "sweep":
-        sweep_argv, rest = split_argv(argv[1:], SweepConfig)
-        scfg = parse_config(SweepConfig, sweep_argv)
+        plan, argv = _pop_plan(argv[1:])
+        sweep_argv, rest = split_argv(argv, SweepConfig)
+        scfg = parse_config(SweepConfig, sweep_argv, base=plan)
         base = parse_config(GrokkingConfig, rest, base=preset(PRESETS, scfg.preset))
         for arm in scfg.arms:
             _check_arm(arm)
-        payload = sweep(scfg, base)
+        try:
+            payload = sweep(scfg, base)
+        except ValueError as err:  # a results file of another config: say so in one line
+            raise SystemExit(f"error: {err}") from None
         print(f"wrote {scfg.out}: {len(payload['runs'])} runs")
         return
     cfg, out, _ = parse_cli(GrokkingConfig, argv, presets=PRESETS, default_preset="cpu")

@@ -91,7 +91,7 @@ def test_metrics_on_a_synthetic_history():
     val = [0.0, 0.1, 0.2, 0.96, 0.99, 0.4, 0.97, 1.0, 1.0, 1.0]
     train = [0.0, 0.5, 0.99, 1, 1, 1, 1, 1, 1, 1]
     hist = {"step": steps, "val_acc": val, "train_acc": train, "dist_q": [0] * 10, "dist_k": [0] * 10,
-            "orth_q": [0] * 10, "step_q": [0] * 10, "entropy": [[1.0, 0.5]] * 10}
+            "orth_q": [0] * 10, "step_q": [0] * 10, "step_k": [0] * 10, "entropy": [[1.0, 0.5]] * 10}
     cfg = G.GrokkingConfig(steps=90, late_frac=0.25)
     m = G.metrics(hist, cfg)
     assert m["steps_to_val95"] == 30 and m["steps_to_val99"] == 40 and m["steps_to_train99"] == 20
@@ -101,7 +101,46 @@ def test_metrics_on_a_synthetic_history():
     assert m["late_share95"] == 1.0  # evaluations at steps >= 67.5: 70, 80, 90
     assert m["entropy_final"] == 0.75
     assert G.collapses([0.96, 0.3, 0.2, 0.96, 0.1]) == 2
+    assert m["collapses10"] == 1 and m["first_collapse_step"] == 50
+    assert m["steps_above95"] == 6 * cfg.eval_every and m["share_above95"] == pytest.approx(0.6)
+
+
+def test_drops_count_ten_point_falls_after_first_reaching_95():
+    assert G.drops([0.5, 0.9, 0.84]) == []  # never reached 95%
+    assert G.drops([0.96, 0.87, 0.86]) == [2]  # 0.86 <= 0.96 - 0.10; counted once
+    assert G.drops([0.95, 1.0, 0.91, 0.89, 0.99, 0.5, 0.6]) == [3, 5]  # the peak rises to 1.0 first
+    assert G.drops([0.99, 0.9, 0.95, 0.85]) == [3]  # 0.9 is 9 points below 0.99: no collapse
     assert G.first_step([0, 1], [0.1, 0.2], 0.5) is None
+
+
+def test_round2_arms_share_initialisation_and_matched_temperature():
+    cfg = G.PRESETS["tiny"]
+    models = {arm: G.build_model(dataclasses.replace(cfg, arm=arm)) for arm in G.ROUND2_ARMS}
+    ref = dict(models["adamw"].named_parameters())
+    for arm, model in models.items():
+        for name, p in model.named_parameters():
+            if name != "attn.log_scale":
+                assert torch.equal(p, ref[name]), (arm, name)
+    x = G.make_dataset(cfg.p, cfg.op, cfg.train_frac, cfg.seed)["x_train"]
+    for arm in ("stiefel_learned", "frozen_learned"):
+        rms = G.last_logits(models[arm], x).pow(2).mean(dim=(0, 2)).sqrt()  # (H,)
+        torch.testing.assert_close(rms, torch.full_like(rms, cfg.logit_rms_init))
+    torch.testing.assert_close(models["stiefel_learned"].attn.log_scale, models["frozen_learned"].attn.log_scale)
+    # QK-norm keeps its own gain; the fixed-scale AdamW arm's logits are far smaller.
+    assert models["qknorm"].attn.scale()[0].item() == pytest.approx(math.sqrt(cfg.d_model // cfg.n_heads))
+    assert G.last_logits(models["adamw"], x).pow(2).mean().sqrt() < 0.5 * cfg.logit_rms_init
+    with pytest.raises(ValueError, match="learned"):
+        G.match_logit_scale(models["adamw"], x, 1.0)
+
+
+def test_run_logs_logits_norms_and_scale():
+    h = G.run(dataclasses.replace(G.PRESETS["tiny"], arm="stiefel_learned", steps=10))["history"]
+    assert len(h["max_logit"]) == len(h["step"]) == len(h["weight_norm"]) == len(h["scale"])
+    assert all(m >= r > 0 for m, r in zip(h["max_logit"], h["logit_rms"]))
+    assert h["weight_norm"][0]["attn.w_q"] == pytest.approx(math.sqrt(G.PRESETS["tiny"].d_model), rel=1e-5)
+    assert h["scale"][-1] != h["scale"][0]  # the temperature is learned
+    u = G.run(dataclasses.replace(G.PRESETS["tiny"], arm="uniform", steps=5))["history"]
+    assert u["max_logit"][0] is None
 
 
 def test_subsample_keeps_first_and_last():
@@ -158,6 +197,49 @@ def test_sweep_writes_incrementally_and_resumes(tmp_path):
                                                                   (2, "uniform")]
     assert len(redo["runs"]) == 6 and redo["repro"] is not None
     assert [p["command"] for p in redo["provenance_previous"]] == ["test", "again"]
+
+
+def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
+    base = G.PRESETS["tiny"]
+    scfg = dataclasses.replace(G.SWEEP_PLANS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
+                               out=str(tmp_path / "wd.json"))
+    payload = G.sweep(scfg, dataclasses.replace(base, steps=6), command="wd")
+    assert [(r["weight_decay"], r["arm"]) for r in payload["runs"]] == [(0.1, "adamw"), (1.0, "adamw")]
+    assert payload["runs"][0]["metrics"] != payload["runs"][1]["metrics"]
+    assert all("git_commit" in r and "git_dirty" in r for r in payload["runs"])
+    assert set(G.runs_by_arm(payload, weight_decay=0.1)) == {"adamw"}
+    with pytest.raises(ValueError, match="weight_decay"):
+        G.runs_by_arm(payload)
+    again = G.sweep(scfg, dataclasses.replace(base, steps=6), command="again")  # nothing left to run
+    assert again["runs"] == load_results(scfg.out)["runs"]
+    with pytest.raises(ValueError, match="another base config"):
+        G.sweep(scfg, dataclasses.replace(base, steps=7))
+
+
+def test_cli_plan(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    G.main(["sweep", "--plan", "tiny", "--seeds", "0", "--arms", "adamw", "--steps", "4", "--out", str(out)])
+    stored = load_results(out)
+    assert stored["sweep"]["repro_arm"] == "stiefel_learned" and stored["base_config"]["logit_rms_init"] == 1.0
+    with pytest.raises(ConfigError, match="--plan"):
+        G.main(["sweep", "--plan", "nope"])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RESULTS.parent.glob("r2_*.json")))
+def test_reproduces_round2_results(name):
+    """Re-run the stored short repro run of a round-2 file (stored first, so partial files have it)."""
+    results = load_results(RESULTS.parent / name)
+    repro = results["repro"]
+    fields = {f.name for f in dataclasses.fields(G.GrokkingConfig)}
+    cfg = G.GrokkingConfig(**{k: tuple(v) if isinstance(v, list) else v
+                              for k, v in repro["config"].items() if k in fields})
+    again = G.run(dataclasses.replace(cfg, progress=False))["history"]
+    stored = repro["history"]
+    assert again["step"] == stored["step"]
+    for key in ("train_loss", "val_loss", "max_logit"):
+        torch.testing.assert_close(torch.tensor(again[key]), torch.tensor(stored[key]), rtol=LOSS_RTOL, atol=1e-6)
+    for key in ("train_acc", "val_acc"):
+        assert max(abs(a - b) for a, b in zip(again[key], stored[key])) <= ACC_ATOL, key
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="no committed grokking results")
