@@ -12,6 +12,13 @@ Measured per run: test accuracy and loss, train accuracy, the per-step Frobenius
 of the Q/K weights ||W_{t+1} - W_t||_F (all blocks together), their drift from initialisation
 ||W_T - W_0||_F / ||W_0||_F, and the orthogonality error of the final Q/K.
 
+Round 2 (issue 16) adds: a fixed number of optimiser steps whatever the subset size (``steps``), a
+learning-rate grid per arm (``lrs`` for the whole-model lr of arms without trained frames,
+``frame_lrs`` for the frame lr of StiefelAdam / polar arms), the largest attention logit and the
+attention entropy along training (on the current batch at every log point, and per block on 256
+fixed test images at each evaluation), and the presets of :data:`ROUND2_PLANS`. Arms at their own
+best learning rate are compared by :func:`best_lr_comparison`.
+
 Reference: the paper's CIFAR-10 patch benchmark (abstract: +8.98 pp over AdamW over 12 paired
 starts; Q/K steps 24-40x smaller than AdamW's; frozen frames cost 0.28 pp).
 
@@ -20,6 +27,7 @@ CLI (``--preset`` picks a setting, every config field can be overridden as ``--f
     python -m stiefel_mini.experiments.cifar --preset cpu --data_dir ../shared/data/cifar10-jpeg
     python -m stiefel_mini.experiments.cifar --preset gpu --data_dir DIR
     python -m stiefel_mini.experiments.cifar --preset repro      # tiny synthetic set, for the tests
+    python -m stiefel_mini.experiments.cifar --preset r2_lr --data_dir DIR   # round 2 (ROUND2_PLANS)
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from stiefel_mini.experiments.arms import Arm, arm_spec, make_optimizer, optimiz
 from stiefel_mini.experiments.config import cli, parse_cli
 from stiefel_mini.experiments.records import config_dict, load_results, provenance, save_results
 from stiefel_mini.experiments.runtime import generator, progress, set_threads, stream_seed
+from stiefel_mini.attention import entropy
 from stiefel_mini.experiments.stats import compare, holm
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.vit import PatchViT
@@ -63,7 +72,10 @@ class CifarConfig:
     arms: tuple[str, ...] = ALL_ARMS
     seeds: tuple[int, ...] = (0, 1, 2)
     train_fractions: tuple[float, ...] = (0.1, 0.3)
+    lrs: tuple[float, ...] = ()  # lr grid for arms without trained frames (A0, QK-norm, ...); (): lr only
+    frame_lrs: tuple[float, ...] = ()  # frame-lr grid for StiefelAdam / polar arms (A1, A5, A7, ...); (): frame_lr
     out: str | None = None  # results JSON, rewritten after every run; an existing file is resumed
+    repro_steps: int = 0  # > 0: the sweep first stores a run of its first grid point cut to this many steps
     # Data
     data_dir: str | None = None  # ImageFolder copy; None -> $STIEFEL_MINI_CIFAR_DIR, else torchvision
     test_size: int = 0  # 0 = the whole test split; else a fixed class-balanced subset
@@ -79,6 +91,7 @@ class CifarConfig:
     logit_scale: str = "fixed"
     # Optimisation (passed to arms.make_optimizer)
     epochs: int = 6
+    steps: int = 0  # > 0: exactly this many optimiser steps whatever the subset size (epochs ignored)
     batch_size: int = 128
     lr: float = 1e-3
     frame_lr: float | None = None  # None: Q/K use lr
@@ -88,6 +101,7 @@ class CifarConfig:
     max_step: float | None = 0.1
     retraction: str = "polar"
     warmup_epochs: float = 1.0  # linear warm-up, then cosine decay to zero
+    warmup_share: float | None = None  # warm-up as a share of all steps instead (None: warmup_epochs)
     # Machine
     device: str = "auto"  # "auto": cuda if available, else cpu
     bf16: bool = True  # bf16 autocast of the forward pass on cuda (weights and optimiser stay float32)
@@ -124,6 +138,44 @@ PRESETS: dict[str, CifarConfig] = {
         train_eval_size=1000,
     ),
 }
+
+# Round 2 (issue 16). All use the package's random streams, no augmentation (so that a CPU-sized
+# model fits its training set: training accuracy above test accuracy) and evaluate every 2 epochs.
+# Each is one resumable sweep: re-run the same command to continue. CPU times per run are in
+# results/ROUND2_PLAN.md. Set --frame_lr to A1's best frame lr from r2_lr for r2_fitted / r2_ablation.
+_R2 = dict(augment=False, seeding="streams", eval_every=2, log_every=50, repro_steps=30)
+ROUND2_PLANS: dict[str, CifarConfig] = {
+    # Learning-rate sensitivity (Wortsman et al. 2023): A0's lr (100x), A1's frame lr (1000x; the
+    # trust cap max_step = 0.1 binds from about 0.1 up) and QK-norm's lr, 15k images, 10 epochs.
+    "r2_lr": CifarConfig(
+        out="results/cifar/r2_lr.json", arms=("A0", "A1", "qknorm"), seeds=(0, 1), train_fractions=(0.3,),
+        epochs=10, lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2), frame_lrs=(1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0), **_R2),
+    # Fitted baselines on all 50k images, 10 epochs, 5 paired seeds.
+    "r2_fitted": CifarConfig(
+        out="results/cifar/r2_fitted.json", arms=("A0", "A1", "A3", "qknorm"), seeds=(0, 1, 2, 3, 4),
+        train_fractions=(1.0,), epochs=10, **_R2),
+    # Data scaling at a fixed number of optimiser steps (2,000 = 5 epochs of 50k, 51 of 5k).
+    "r2_scaling": CifarConfig(
+        out="results/cifar/r2_scaling.json", arms=("A0", "A1"), seeds=(0, 1, 2), train_fractions=(0.1, 0.3, 1.0),
+        steps=2000, warmup_share=0.1, **_R2),
+    # Ablations where frames move (frame lr 0.03): second moment frame / column / element, projector
+    # euclidean / canonical / none, and AdamW + polar (A5).
+    "r2_ablation": CifarConfig(
+        out="results/cifar/r2_ablation.json",
+        arms=("A0", "A1", "stiefel_column", "A7", "stiefel_canonical", "stiefel_noproj", "A5"), seeds=(0, 1, 2),
+        train_fractions=(0.3,), epochs=10, frame_lr=0.03, **_R2),
+    # The GPU study: patch 4, a wider and deeper model, 12 paired seeds (results/cifar/gpu_round2.sh).
+    "r2_gpu": CifarConfig(
+        out="results/cifar/r2_gpu.json", arms=("A0", "A1", "A3", "qknorm"), seeds=tuple(range(12)),
+        train_fractions=(1.0,), patch_size=4, d_model=256, depth=6, n_heads=8, d_head=32, epochs=50,
+        batch_size=256, device="cuda", threads=0, augment=True, seeding="streams", eval_every=10, log_every=50,
+        repro_steps=30),
+    # Seconds, on the tests' tiny image folder: every round-2 code path (lr grid, fixed steps).
+    "r2_tiny": CifarConfig(arms=("A0", "A1"), seeds=(0, 1), train_fractions=(0.5, 1.0), lrs=(1e-3, 3e-3),
+                           frame_lrs=(1e-2, 0.3), steps=6, warmup_share=0.1, d_model=32, depth=1, n_heads=2,
+                           batch_size=25, train_eval_size=50, log_every=2, progress=False, seeding="streams", repro_steps=3),
+}
+PRESETS.update(ROUND2_PLANS)
 
 REPRO_TINY_SET = {"n_train": 20, "n_test": 10, "seed": 0}
 """Arguments of ``cifar_data.write_tiny_image_folder`` for the repro record (200 + 100 images)."""
@@ -227,6 +279,44 @@ def train_step(model: PatchViT, optimizer: torch.optim.Optimizer, x: torch.Tenso
     return loss.detach()
 
 
+@torch.no_grad()
+def attention_stats(model: PatchViT, x: torch.Tensor) -> dict[str, list[float]]:
+    """Per block, the largest absolute attention logit and the mean attention entropy (nats).
+
+    ``x``: normalised images ``(B, 3, 32, 32)``. One float32 forward pass records each attention
+    module's input; its logits ``(B, H, T, T)`` give ``max_logit`` (max of ``|l_ij|``) and
+    ``entropy`` (mean over images, heads and queries of the entropy of ``softmax_j(l_ij)``).
+    Returns ``{"max_logit": [...], "entropy": [...]}``, one entry per block.
+    """
+    inputs: list[torch.Tensor] = []
+    modules = model.attention_modules()
+    hooks = [m.register_forward_pre_hook(lambda _m, args: inputs.append(args[0])) for m in modules]
+    was_training = model.training
+    model.eval()
+    try:
+        model(x.float())
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    out: dict[str, list[float]] = {"max_logit": [], "entropy": []}
+    for module, inp in zip(modules, inputs):
+        logits = module.logits(inp.float())  # (B, H, T, T)
+        out["max_logit"].append(logits.abs().max().item())
+        out["entropy"].append(entropy(logits.softmax(-1)).mean().item())
+    return out
+
+
+def swept_lrs(cfg: CifarConfig, arm: str | Arm) -> list[tuple[float, float | None]]:
+    """The ``(lr, frame_lr)`` pairs ``arm`` runs at: its grid (``frame_lrs`` for arms whose frames
+    StiefelAdam or the polar AdamW step trains, ``lrs`` otherwise), else the config's own values.
+    ``frame_lr`` is ``None`` for arms without trained frames (it would be unused)."""
+    spec = arm_spec(arm)
+    if spec.qk in ("stiefel", "adamw_polar"):
+        return [(cfg.lr, float(f)) for f in cfg.frame_lrs] or [(cfg.lr, cfg.frame_lr)]
+    return [(float(lr), None) for lr in cfg.lrs] or [(cfg.lr, None)]
+
+
 def qk_vector(model: PatchViT) -> torch.Tensor:
     """All Q/K weights of the model as one flat float32 vector (a copy)."""
     return torch.cat([p.detach().float().flatten() for p in model.qk_parameters()])
@@ -272,8 +362,9 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     test_x, test_y = data.test_x[test_idx], data.test_y[test_idx]
 
     steps_per_epoch = max(1, train_x.shape[0] // cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
-    warmup = int(round(cfg.warmup_epochs * steps_per_epoch))
+    total = cfg.steps if cfg.steps > 0 else steps_per_epoch * cfg.epochs
+    warmup = int(round(cfg.warmup_share * total if cfg.warmup_share is not None
+                       else cfg.warmup_epochs * steps_per_epoch))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total, warmup))
     autocast = cfg.bf16 and device.type == "cuda"
 
@@ -281,8 +372,15 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     history: dict[str, Any] = {
         "arm": code, "arm_name": spec.name, "seed": cfg.seed, "train_fraction": cfg.train_fraction,
         "n_train": int(train_x.shape[0]), "n_test": int(test_x.shape[0]), "steps_total": total,
-        "step": [], "train_loss": [], "qk_step": [], "evals": [],
+        "lr": cfg.lr, "frame_lr": cfg.frame_lr if spec.qk in ("stiefel", "adamw_polar") else None,
+        "step": [], "train_loss": [], "qk_step": [], "max_logit": [], "attn_entropy": [], "evals": [],
     }
+    probe_x = cifar_data.normalize(test_x[:256].to(device))  # fixed images for attention statistics
+
+    def attention_eval(epoch: int) -> dict:
+        acc, tl = evaluate(model, test_x, test_y, device, cfg.bf16)
+        return {"epoch": epoch, "step": step, "test_acc": acc, "test_loss": tl, **attention_stats(model, probe_x)}
+
     # Running sums stay on the device and are read only at log points (no per-step host sync).
     loss_sum = torch.zeros((), device=device)
     step_sum = torch.zeros((), device=device)
@@ -291,8 +389,8 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     start_time = time.perf_counter()
     bar = progress(total=total, desc=f"{code} seed {cfg.seed} frac {cfg.train_fraction}", enabled=cfg.progress,
                    leave=False)
-    step = 0
-    for epoch in range(cfg.epochs):
+    step, epoch = 0, 0
+    while step < total:
         for batch in cifar_data.epoch_batches(train_x.shape[0], cfg.batch_size, gen):
             before = qk_vector(model)
             batch = batch.to(device)
@@ -309,19 +407,25 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
                 history["step"].append(step)
                 history["train_loss"].append(loss_sum.item() / window)
                 history["qk_step"].append(step_sum.item() / window)
+                stats = attention_stats(model, cifar_data.normalize(train_x[batch]))
+                history["max_logit"].append(max(stats["max_logit"]))
+                history["attn_entropy"].append(sum(stats["entropy"]) / len(stats["entropy"]))
                 bar.set_postfix(loss=f"{history['train_loss'][-1]:.3f}")
                 loss_sum.zero_()
                 step_sum.zero_()
                 window = 0
-        if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0 and epoch + 1 < cfg.epochs:
-            acc, tl = evaluate(model, test_x, test_y, device, cfg.bf16)
-            history["evals"].append({"epoch": epoch + 1, "step": step, "test_acc": acc, "test_loss": tl})
+            if step == total:
+                break
+        epoch += 1
+        if cfg.eval_every and epoch % cfg.eval_every == 0 and step < total:
+            history["evals"].append(attention_eval(epoch))
     bar.close()
     train_seconds = time.perf_counter() - start_time
 
-    acc, tl = evaluate(model, test_x, test_y, device, cfg.bf16)
-    history["evals"].append({"epoch": cfg.epochs, "step": step, "test_acc": acc, "test_loss": tl})
-    history["test_acc"], history["test_loss"] = acc, tl
+    final = attention_eval(epoch)
+    history["evals"].append(final)
+    history["test_acc"], history["test_loss"] = final["test_acc"], final["test_loss"]
+    history["max_logit_final"], history["attn_entropy_final"] = final["max_logit"], final["entropy"]
     if eval_idx is not None:
         history["train_acc"], history["train_eval_loss"] = evaluate(
             model, train_x[eval_idx.to(device)], train_y[eval_idx.to(device)], device, cfg.bf16
@@ -343,22 +447,34 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
 
 
 def run_key(h: dict) -> tuple:
-    """(train_fraction, seed, arm) of a run, for resuming and pairing."""
-    return (float(h["train_fraction"]), int(h["seed"]), str(h["arm"]))
+    """(train_fraction, seed, arm, lr, frame_lr) of a run, for resuming and pairing.
+
+    Runs written before round 2 hold no ``lr`` / ``frame_lr``: their key has ``None`` there, and
+    :func:`sweep` fills in the file's own settings (a file holds one setting of each then).
+    """
+    return (float(h["train_fraction"]), int(h["seed"]), str(h["arm"]), h.get("lr"), h.get("frame_lr"))
 
 
 def _sweep_settings(cfg: CifarConfig) -> dict:
     """The fields that must agree for stored runs to be reused (everything but the grid and the output)."""
-    skip = {"arm", "seed", "train_fraction", "arms", "seeds", "train_fractions", "out", "progress", "device",
-            "threads"}
-    return {k: v for k, v in config_dict(cfg).items() if k not in skip}
+    skip = {"arm", "seed", "train_fraction", "arms", "seeds", "train_fractions", "lrs", "frame_lrs", "out",
+            "progress", "device", "threads", "repro_steps"}
+    settings = {k: v for k, v in config_dict(cfg).items() if k not in skip}
+    # Fields added in round 2 at their defaults are left out, so files written before them still resume.
+    for key, default in (("steps", 0), ("warmup_share", None)):
+        if settings.get(key) == default:
+            del settings[key]
+    return settings
 
 
 def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     """Run every (seed, fraction, arm) of the grid, rewriting ``cfg.out`` after each run.
 
     Seeds are the outer loop, so an interrupted sweep leaves complete paired seeds. Runs already in
-    ``cfg.out`` with the same settings are kept and skipped (a killed sweep resumes where it stopped).
+    ``cfg.out`` with the same settings are kept and skipped (a killed sweep resumes where it stopped);
+    a file of other settings raises a ``ValueError`` instead of being overwritten. With
+    ``repro_steps`` the first grid point, cut to that many steps, is run and stored first (``repro``),
+    for the reproduction test. Each run records the commit it ran at (``git_commit``, ``git_dirty``).
 
     Returns:
         The results payload: ``provenance``, ``settings``, ``runs`` and ``summary``.
@@ -367,75 +483,195 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     if data is None:
         data = cifar_data.load_cifar10(cfg.data_dir)
     runs: list[dict] = []
+    previous: list[dict] = []
+    repro: dict | None = None
     if cfg.out and Path(cfg.out).exists():
         old = load_results(cfg.out)
-        if old.get("settings") == _sweep_settings(cfg):
-            runs = old["runs"]
-    done = {run_key(h) for h in runs}
+        if old.get("settings") != _sweep_settings(cfg):
+            theirs, mine = old.get("settings") or {}, _sweep_settings(cfg)
+            changed = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
+            raise ValueError(f"{cfg.out} holds runs of other settings (fields {changed}); resume with the "
+                             "same settings, or write to another --out")
+        runs = old["runs"]
+        repro = old.get("repro")
+        previous = [*old.get("provenance_previous", []), old["provenance"]]
+    # Runs written before round 2 record no lrs: they ran at the file's own (lr, frame_lr).
+    done = {k if k[3] is not None else k[:3] + swept_lrs(dataclasses.replace(cfg, lrs=(), frame_lrs=()), k[2])[0]
+            for k in map(run_key, runs)}
     prov = provenance(cfg, cfg.seeds, device=resolve_device(cfg.device))
     prov["data_source"] = data.source
-    grid = [(s, f, a) for s in cfg.seeds for f in cfg.train_fractions for a in cfg.arms]
-    payload: dict = {}
-    for seed, fraction, arm in progress(grid, desc="sweep", enabled=cfg.progress):
-        key = (float(fraction), int(seed), arm_spec(arm).label)
-        if key in done:
-            continue
-        h = run(dataclasses.replace(cfg, arm=arm, seed=seed, train_fraction=fraction), data)
-        h["git_commit"] = prov["git_commit"]
-        runs.append(h)
-        done.add(key)
-        payload = {"provenance": prov, "settings": _sweep_settings(cfg), "runs": runs, "summary": summary_table(runs)}
+    grid = [(s, f, a, lrs) for s in cfg.seeds for f in cfg.train_fractions for a in cfg.arms
+            for lrs in swept_lrs(cfg, a)]
+
+    def payload() -> dict:
+        out = {"provenance": prov, "settings": _sweep_settings(cfg), "runs": runs, "summary": summary_table(runs)}
+        if repro is not None:
+            out["repro"] = repro
+        return {**out, "provenance_previous": previous} if previous else out
+
+    if cfg.repro_steps > 0 and repro is None and grid:
+        seed, fraction, arm, (lr, frame_lr) = grid[0]
+        repro = run(dataclasses.replace(cfg, arm=arm, seed=seed, train_fraction=fraction, lr=lr, steps=cfg.repro_steps,
+                                        frame_lr=frame_lr if frame_lr is not None else cfg.frame_lr,
+                                        eval_every=0, progress=False), data)
+        repro["repro_steps"] = cfg.repro_steps
         if cfg.out:
-            save_results(cfg.out, payload)
-    if not payload:
-        payload = {"provenance": prov, "settings": _sweep_settings(cfg), "runs": runs, "summary": summary_table(runs)}
-    return payload
+            save_results(cfg.out, payload())
+
+    for seed, fraction, arm, (lr, frame_lr) in progress(grid, desc="sweep", enabled=cfg.progress):
+        if (float(fraction), int(seed), arm_spec(arm).label, lr, frame_lr) in done:
+            continue
+        h = run(dataclasses.replace(cfg, arm=arm, seed=seed, train_fraction=fraction, lr=lr,
+                                    frame_lr=frame_lr if frame_lr is not None else cfg.frame_lr), data)
+        h["git_commit"], h["git_dirty"] = prov["git_commit"], prov["git_dirty"]
+        runs.append(h)
+        done.add(run_key(h))
+        if cfg.out:
+            save_results(cfg.out, payload())
+    return payload()
+
+
+def _groups(runs: list[dict]) -> dict[tuple, dict[int, dict]]:
+    """Runs by ``(train_fraction, arm, lr, frame_lr)`` (first-seen order), each ``{seed: run}``."""
+    out: dict[tuple, dict[int, dict]] = {}
+    for h in runs:
+        frac, seed, arm, lr, frame_lr = run_key(h)
+        out.setdefault((frac, arm, lr, frame_lr), {})[seed] = h
+    return out
+
+
+def _mean(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
 
 
 def summary_table(runs: list[dict], baseline: str = "A0") -> list[dict]:
-    """One row per (train fraction, arm): accuracy, paired difference to ``baseline``, step and drift.
+    """One row per (train fraction, arm, lr, frame lr): accuracy, paired difference to ``baseline``.
 
-    Only seeds where both the arm and the baseline finished are paired. ``diff_pp`` is the mean of
-    the per-seed accuracy differences in percentage points with its 95% t interval (``diff_ci_pp``);
-    ``p_sign`` / ``p_wilcoxon`` are the exact two-sided paired tests and ``p_wilcoxon_holm`` the
-    Wilcoxon p-value Holm-corrected across every comparison of the table (one family); ``wins``
-    counts seeds where the arm's accuracy is higher; ``step_ratio`` is the mean over seeds of
-    qk_step_mean(arm) / qk_step_mean(baseline) (the Q/K step relative to AdamW's).
+    The baseline is ``baseline``'s runs at the same fraction and the same (whole-model) lr; only
+    seeds where both finished are paired. ``diff_pp`` is the mean of the per-seed accuracy
+    differences in percentage points with its 95% t interval (``diff_ci_pp``); ``p_sign`` /
+    ``p_wilcoxon`` are the exact two-sided paired tests and ``p_wilcoxon_holm`` the Wilcoxon p-value
+    Holm-corrected across every comparison of the table (one family); ``wins`` counts seeds where the
+    arm's accuracy is higher; ``step_ratio`` is the mean over seeds of qk_step_mean(arm) /
+    qk_step_mean(baseline) (the Q/K step relative to AdamW's). ``max_logit`` (largest attention
+    logit over blocks) and ``attn_entropy`` (mean over blocks) are seed means at the end of training,
+    ``train_acc`` the seed mean of the training accuracy (``None`` for runs that lack them).
     """
-    by_key = {run_key(h): h for h in runs}
+    groups = _groups(runs)
     rows = []
-    for fraction in sorted({k[0] for k in by_key}):
-        arms = []
-        for h in runs:  # first-seen order keeps the grid's arm order
-            if float(h["train_fraction"]) == fraction and h["arm"] not in arms:
-                arms.append(h["arm"])
-        for arm in arms:
-            seeds = sorted(k[1] for k in by_key if k[0] == fraction and k[2] == arm)
-            accs = [by_key[(fraction, s, arm)]["test_acc"] for s in seeds]
-            row = {
-                "train_fraction": fraction, "arm": arm, "arm_name": by_key[(fraction, seeds[0], arm)]["arm_name"],
-                "n_train": by_key[(fraction, seeds[0], arm)]["n_train"], "seeds": seeds,
-                "acc_mean": float(np.mean(accs)), "acc_sd": float(np.std(accs, ddof=1)) if len(accs) > 1 else None,
-                "qk_drift": float(np.mean([by_key[(fraction, s, arm)]["qk_drift"] for s in seeds])),
-                "orth_error": float(np.mean([by_key[(fraction, s, arm)]["orth_error"] for s in seeds])),
-            }
-            paired = [s for s in seeds if (fraction, s, baseline) in by_key]
-            if paired:
-                base = [by_key[(fraction, s, baseline)] for s in paired]
-                mine = [by_key[(fraction, s, arm)] for s in paired]
-                c = compare([b["test_acc"] for b in base], [m["test_acc"] for m in mine], lower_is_better=False)
-                diffs = [100.0 * d for d in c["differences"]]
-                ci = c["mean_difference_t_interval"]
-                ratios = [m["qk_step_mean"] / b["qk_step_mean"] for m, b in zip(mine, base)]
-                row.update(
-                    paired_seeds=paired, diffs_pp=diffs, diff_pp=float(np.mean(diffs)),
-                    diff_ci_pp=None if ci is None else [100.0 * ci[0], 100.0 * ci[1]],
-                    p_sign=c["p_sign"], p_wilcoxon=c["p_wilcoxon"],
-                    wins=c["wins"]["wins"], n_pairs=c["wins"]["n"], step_ratio=float(np.mean(ratios)),
-                )
-            rows.append(row)
+    for (fraction, arm, lr, frame_lr), by_seed in groups.items():
+        seeds = sorted(by_seed)
+        first = by_seed[seeds[0]]
+        accs = [by_seed[s]["test_acc"] for s in seeds]
+        row = {
+            "train_fraction": fraction, "arm": arm, "arm_name": first["arm_name"], "lr": lr, "frame_lr": frame_lr,
+            "n_train": first["n_train"], "steps_total": first["steps_total"], "seeds": seeds,
+            "acc_mean": float(np.mean(accs)), "acc_sd": float(np.std(accs, ddof=1)) if len(accs) > 1 else None,
+            "train_acc": _mean([by_seed[s].get("train_acc") for s in seeds]),
+            "qk_drift": float(np.mean([by_seed[s]["qk_drift"] for s in seeds])),
+            "orth_error": float(np.mean([by_seed[s]["orth_error"] for s in seeds])),
+            "max_logit": _mean([max(by_seed[s]["max_logit_final"]) if by_seed[s].get("max_logit_final") else None
+                                for s in seeds]),
+            "attn_entropy": _mean([float(np.mean(by_seed[s]["attn_entropy_final"]))
+                                   if by_seed[s].get("attn_entropy_final") else None for s in seeds]),
+        }
+        base_runs = next((g for (f, a, blr, _), g in groups.items() if f == fraction and a == baseline and blr == lr),
+                         {})
+        paired = [s for s in seeds if s in base_runs]
+        if paired:
+            base = [base_runs[s] for s in paired]
+            mine = [by_seed[s] for s in paired]
+            c = compare([b["test_acc"] for b in base], [m["test_acc"] for m in mine], lower_is_better=False)
+            diffs = [100.0 * d for d in c["differences"]]
+            ci = c["mean_difference_t_interval"]
+            ratios = [m["qk_step_mean"] / b["qk_step_mean"] for m, b in zip(mine, base)]
+            row.update(
+                paired_seeds=paired, diffs_pp=diffs, diff_pp=float(np.mean(diffs)),
+                diff_ci_pp=None if ci is None else [100.0 * ci[0], 100.0 * ci[1]],
+                p_sign=c["p_sign"], p_wilcoxon=c["p_wilcoxon"],
+                wins=c["wins"]["wins"], n_pairs=c["wins"]["n"], step_ratio=float(np.mean(ratios)),
+            )
+        rows.append(row)
     tested = [r for r in rows if "p_wilcoxon" in r and r["arm"] != baseline]
     for r, p in zip(tested, holm([r["p_wilcoxon"] for r in tested])["adjusted"]):
+        r["p_wilcoxon_holm"] = p
+    return rows
+
+
+def lr_curves(runs: list[dict]) -> list[dict]:
+    """Learning-rate sensitivity: per (train fraction, arm), accuracy against the arm's swept lr.
+
+    The swept lr is ``frame_lr`` for arms with trained frames, else ``lr``. Each row holds
+    ``train_fraction``, ``arm``, ``swept`` (``"frame_lr"`` or ``"lr"``), and ``points``: one
+    ``{"value", "acc_mean", "acc_min", "acc_max", "n", "max_logit", "attn_entropy"}`` per value in
+    increasing order (seed means; the spread is the min/max over seeds); ``best`` is the value with
+    the highest mean accuracy and ``sensitivity_pp`` the mean accuracy lost, in points, at the
+    neighbouring grid values (mean over the one or two neighbours; ``None`` with one value).
+    """
+    curves: dict[tuple, dict] = {}
+    for (fraction, arm, lr, frame_lr), by_seed in _groups(runs).items():
+        swept = "frame_lr" if frame_lr is not None else "lr"
+        value = frame_lr if frame_lr is not None else lr
+        accs = [h["test_acc"] for h in by_seed.values()]
+        point = {
+            "value": value, "acc_mean": float(np.mean(accs)), "acc_min": float(min(accs)),
+            "acc_max": float(max(accs)), "n": len(accs),
+            "max_logit": _mean([max(h["max_logit_final"]) if h.get("max_logit_final") else None
+                                for h in by_seed.values()]),
+            "attn_entropy": _mean([float(np.mean(h["attn_entropy_final"])) if h.get("attn_entropy_final") else None
+                                   for h in by_seed.values()]),
+        }
+        curves.setdefault((fraction, arm, swept), {"train_fraction": fraction, "arm": arm, "swept": swept,
+                                                   "points": []})["points"].append(point)
+    rows = []
+    for row in curves.values():
+        pts = sorted(row["points"], key=lambda p: p["value"])
+        i = max(range(len(pts)), key=lambda j: pts[j]["acc_mean"])
+        near = [pts[j]["acc_mean"] for j in (i - 1, i + 1) if 0 <= j < len(pts)]
+        rows.append({**row, "points": pts, "best": pts[i]["value"],
+                     "sensitivity_pp": 100.0 * (pts[i]["acc_mean"] - float(np.mean(near))) if near else None})
+    return rows
+
+
+def best_lr_comparison(runs: list[dict], baseline: str = "A0") -> list[dict]:
+    """Every arm at its own best lr (:func:`lr_curves`) against ``baseline`` at its best, paired by seed.
+
+    One row per (train fraction, arm != baseline): the two best values, the per-seed differences
+    (pp), their mean with its t interval, the exact sign and Wilcoxon p-values and the Wilcoxon
+    p-value Holm-corrected across the rows. The best lr is picked on the same seeds that are then
+    compared, which favours arms with more grid points or more spread; read small differences so.
+    """
+    curves = lr_curves(runs)
+    groups = _groups(runs)
+
+    def runs_at(fraction: float, arm: str, swept: str, value: float) -> dict[int, dict]:
+        for (f, a, lr, frame_lr), by_seed in groups.items():
+            if f == fraction and a == arm and (frame_lr if swept == "frame_lr" else lr) == value and \
+                    (swept == "frame_lr") == (frame_lr is not None):
+                return by_seed
+        return {}
+
+    rows = []
+    for base in (c for c in curves if c["arm"] == baseline):
+        b_runs = runs_at(base["train_fraction"], baseline, base["swept"], base["best"])
+        for other in (c for c in curves if c["train_fraction"] == base["train_fraction"] and c["arm"] != baseline):
+            o_runs = runs_at(other["train_fraction"], other["arm"], other["swept"], other["best"])
+            seeds = sorted(set(b_runs) & set(o_runs))
+            if not seeds:
+                continue
+            c = compare([b_runs[s]["test_acc"] for s in seeds], [o_runs[s]["test_acc"] for s in seeds],
+                        lower_is_better=False)
+            ci = c["mean_difference_t_interval"]
+            rows.append({
+                "train_fraction": base["train_fraction"], "arm": other["arm"], "arm_best": other["best"],
+                "arm_swept": other["swept"], "baseline_best_lr": base["best"], "seeds": seeds,
+                "diffs_pp": [100.0 * d for d in c["differences"]],
+                "diff_pp": 100.0 * float(np.mean(c["differences"])),
+                "diff_ci_pp": None if ci is None else [100.0 * ci[0], 100.0 * ci[1]],
+                "p_sign": c["p_sign"], "p_wilcoxon": c["p_wilcoxon"], "wins": c["wins"]["wins"],
+            })
+    for r, p in zip(rows, holm([r["p_wilcoxon"] for r in rows])["adjusted"]):
         r["p_wilcoxon_holm"] = p
     return rows
 
@@ -464,7 +700,7 @@ def repro_record(cfg: CifarConfig = PRESETS["repro"]) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    """``--preset NAME`` (cpu, gpu, repro, live; default cpu), then ``--field value`` overrides."""
+    """``--preset NAME`` (cpu, gpu, repro, live, r2_*; default cpu), then ``--field value`` overrides."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cfg, _, preset = parse_cli(CifarConfig, argv, presets=PRESETS, default_preset="cpu",
                                usage="python -m stiefel_mini.experiments.cifar [--preset NAME] [--field value ...]")
@@ -472,11 +708,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
         return repro_record(cfg)
     try:
         payload = sweep(cfg)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:  # no data, or a results file of other settings
         raise SystemExit(str(err)) from None
     for row in payload["summary"]:
         diff = f"{row['diff_pp']:+6.2f} pp, wins {row['wins']}/{row['n_pairs']}" if "diff_pp" in row else ""
-        print(f"frac {row['train_fraction']:<5} {row['arm']:<3} acc {100 * row['acc_mean']:5.2f}%  {diff}")
+        lrs = f"lr {row['lr']:g}" + ("" if row["frame_lr"] is None else f" frame_lr {row['frame_lr']:g}")
+        print(f"frac {row['train_fraction']:<5} {row['arm']:<3} {lrs:<24} acc {100 * row['acc_mean']:5.2f}%  {diff}")
     return payload
 
 

@@ -190,6 +190,106 @@ def test_sweep_writes_incrementally_and_resumes(tiny_root, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
+# Round 2: fixed steps, lr grids, attention statistics, resumable plans
+# ---------------------------------------------------------------------------------------------------
+
+
+def r2_cfg(root: Path, **kw) -> CifarConfig:
+    return dataclasses.replace(PRESETS["r2_tiny"], data_dir=str(root), **kw)
+
+
+def test_fixed_steps_do_not_depend_on_the_subset_size(tiny_root):
+    small = cifar.run(r2_cfg(tiny_root, arm="A0", train_fraction=0.5, steps=9))
+    full = cifar.run(r2_cfg(tiny_root, arm="A0", train_fraction=1.0, steps=9))
+    assert small["steps_total"] == full["steps_total"] == 9 and small["n_train"] == full["n_train"] // 2
+    assert small["step"] == full["step"] == [2, 4, 6, 8, 9]
+    assert len(small["max_logit"]) == len(small["step"]) and len(small["attn_entropy"]) == len(small["step"])
+    assert len(full["max_logit_final"]) == 1 and 0 < full["attn_entropy_final"][0] <= math.log(16) + 1e-6
+
+
+def test_attention_stats_match_the_block_logits():
+    cfg = dataclasses.replace(PRESETS["r2_tiny"], depth=2)
+    model = cifar.build_model(cfg, "A0")
+    x = torch.randn(4, 3, 32, 32)
+    stats = cifar.attention_stats(model, x)
+    h = model.embed(model.patches(x)) + model.pos
+    for i, block in enumerate(model.blocks):
+        logits = block.attn.logits(block.norm1(h))  # (B, H, T, T)
+        assert stats["max_logit"][i] == pytest.approx(logits.abs().max().item(), rel=1e-5)
+        ent = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1).mean().item()
+        assert stats["entropy"][i] == pytest.approx(ent, rel=1e-5)
+        h = block(h)
+
+
+def test_swept_lrs_per_arm():
+    cfg = PRESETS["r2_tiny"]
+    assert cifar.swept_lrs(cfg, "A0") == [(1e-3, None), (3e-3, None)]
+    assert cifar.swept_lrs(cfg, "A1") == [(cfg.lr, 1e-2), (cfg.lr, 0.3)]
+    plain = dataclasses.replace(cfg, lrs=(), frame_lrs=(), frame_lr=0.05)
+    assert cifar.swept_lrs(plain, "qknorm") == [(cfg.lr, None)] and cifar.swept_lrs(plain, "A5") == [(cfg.lr, 0.05)]
+
+
+def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
+    out = tmp_path / "lr.json"
+    cfg = r2_cfg(tiny_root, seeds=(0, 1), train_fractions=(1.0,), out=str(out))
+    payload = cifar.sweep(cfg)
+    assert len(payload["runs"]) == 2 * 4 and payload["repro"]["repro_steps"] == 3
+    assert {(r["arm"], r["lr"], r["frame_lr"]) for r in payload["runs"]} == {
+        ("A0", 1e-3, None), ("A0", 3e-3, None), ("A1", cfg.lr, 1e-2), ("A1", cfg.lr, 0.3)}
+    assert all(r["git_commit"] == payload["provenance"]["git_commit"] and "git_dirty" in r for r in payload["runs"])
+    curves = {c["arm"]: c for c in cifar.lr_curves(payload["runs"])}
+    assert curves["A1"]["swept"] == "frame_lr" and [p["value"] for p in curves["A1"]["points"]] == [1e-2, 0.3]
+    assert curves["A0"]["best"] in (1e-3, 3e-3) and curves["A0"]["points"][0]["n"] == 2
+    best = cifar.best_lr_comparison(payload["runs"])
+    assert [r["arm"] for r in best] == ["A1"] and best[0]["seeds"] == [0, 1] and "p_wilcoxon_holm" in best[0]
+    # A1 (rest at lr 1e-3) pairs with A0 at lr 1e-3 in the summary table.
+    rows = [r for r in payload["summary"] if r["arm"] == "A1"]
+    assert all(r["n_pairs"] == 2 for r in rows)
+    # A stopped sweep resumes: the stored runs are kept, nothing is trained again.
+    again = cifar.sweep(cfg)
+    assert again["runs"] == json.loads(out.read_text())["runs"] and len(again["provenance_previous"]) == 1
+    assert again["repro"] == payload["repro"]
+    with pytest.raises(ValueError, match="other settings"):
+        cifar.sweep(dataclasses.replace(cfg, steps=7))
+
+
+def test_trust_cap_binds_at_large_frame_lr(tiny_root):
+    h = cifar.run(r2_cfg(tiny_root, arm="A1", frame_lr=100.0, steps=4))
+    n_frames = 2 * cifar.build_model(PRESETS["r2_tiny"], "A1").attention_modules()[0].n_heads  # Q and K per head
+    # Each frame moves at most max_step, so all of them together by at most max_step * sqrt(n_frames).
+    assert h["qk_step_mean"] <= PRESETS["r2_tiny"].max_step * math.sqrt(n_frames) * (1 + 1e-4)
+    assert h["orth_error"] < 1e-4
+
+
+def _r2_files() -> list[str]:
+    return sorted(p.name for p in REPRO_FILE.parent.glob("r2_*.json"))
+
+
+@pytest.mark.parametrize("name", _r2_files())
+def test_round2_file_reproduces_its_repro_run(name, monkeypatch):
+    """Re-run the short run a round-2 file stores first (needs the CIFAR-10 images; skipped without)."""
+    monkeypatch.delenv(cifar_data.ENV_CACHE_DIR)  # the real images: the user's decoded cache
+    stored = json.loads((REPRO_FILE.parent / name).read_text())
+    repro = stored.get("repro")
+    if repro is None:
+        pytest.skip(f"{name} holds no repro record")
+    if cifar_data.find_data_dir() is None:
+        pytest.skip("CIFAR-10 images not available (set STIEFEL_MINI_CIFAR_DIR)")
+    fields = {f.name for f in dataclasses.fields(CifarConfig)}
+    cfg = CifarConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored["provenance"]["config"].items()
+                         if k in fields})
+    cfg = dataclasses.replace(cfg, arm=repro["arm_name"], seed=repro["seed"], train_fraction=repro["train_fraction"],
+                              lr=repro["lr"], frame_lr=repro["frame_lr"] if repro["frame_lr"] is not None else cfg.frame_lr,
+                              steps=repro["repro_steps"], eval_every=0, progress=False, data_dir=None, device="cpu",
+                              threads=1)
+    h = cifar.run(cfg)
+    assert h["step"] == repro["step"]
+    assert h["train_loss"] == pytest.approx(repro["train_loss"], rel=REL_TOL)
+    assert h["qk_step_mean"] == pytest.approx(repro["qk_step_mean"], rel=REL_TOL)
+    assert abs(h["test_acc"] - repro["test_acc"]) <= ACC_TOL
+
+
+# ---------------------------------------------------------------------------------------------------
 # Reproduction of the stored record
 # ---------------------------------------------------------------------------------------------------
 
