@@ -75,7 +75,7 @@ class CifarConfig:
     lrs: tuple[float, ...] = ()  # lr grid for arms without trained frames (A0, QK-norm, ...); (): lr only
     frame_lrs: tuple[float, ...] = ()  # frame-lr grid for StiefelAdam / polar arms (A1, A5, A7, ...); (): frame_lr
     out: str | None = None  # results JSON, rewritten after every run; an existing file is resumed
-    repro_steps: int = 0  # > 0: the sweep first stores a run of its first grid point cut to this many steps
+    repro_steps: int = 0  # > 0: the sweep first stores its first grid point, this many steps on the tiny set
     # Data
     data_dir: str | None = None  # ImageFolder copy; None -> $STIEFEL_MINI_CIFAR_DIR, else torchvision
     test_size: int = 0  # 0 = the whole test split; else a fixed class-balanced subset
@@ -473,8 +473,8 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     Seeds are the outer loop, so an interrupted sweep leaves complete paired seeds. Runs already in
     ``cfg.out`` with the same settings are kept and skipped (a killed sweep resumes where it stopped);
     a file of other settings raises a ``ValueError`` instead of being overwritten. With
-    ``repro_steps`` the first grid point, cut to that many steps, is run and stored first (``repro``),
-    for the reproduction test. Each run records the commit it ran at (``git_commit``, ``git_dirty``).
+    ``repro_steps`` the first grid point is first run for that many steps on the tiny synthetic set
+    (:func:`tiny_set_run`) and stored as ``repro``, for the reproduction test, which then needs no data. Each run records the commit it ran at (``git_commit``, ``git_dirty``).
 
     Returns:
         The results payload: ``provenance``, ``settings``, ``runs`` and ``summary``.
@@ -511,10 +511,8 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
 
     if cfg.repro_steps > 0 and repro is None and grid:
         seed, fraction, arm, (lr, frame_lr) = grid[0]
-        repro = run(dataclasses.replace(cfg, arm=arm, seed=seed, train_fraction=fraction, lr=lr, steps=cfg.repro_steps,
-                                        frame_lr=frame_lr if frame_lr is not None else cfg.frame_lr,
-                                        eval_every=0, progress=False), data)
-        repro["repro_steps"] = cfg.repro_steps
+        repro = tiny_set_run(dataclasses.replace(cfg, arm=arm, seed=seed, lr=lr,
+                                                 frame_lr=frame_lr if frame_lr is not None else cfg.frame_lr))
         if cfg.out:
             save_results(cfg.out, payload())
 
@@ -697,6 +695,25 @@ def repro_record(cfg: CifarConfig = PRESETS["repro"]) -> dict:
     if cfg.out:
         save_results(cfg.out, payload)
     return payload
+
+
+def tiny_set_run(cfg: CifarConfig) -> dict:
+    """``cfg`` (its arm, seed, lrs, model) for ``cfg.repro_steps`` steps on the tiny synthetic set.
+
+    All of the set trains and scores (train fraction 1, no train-accuracy subset, eval only at the
+    end), on the CPU with one thread; the history records ``repro_steps``. The reproduction record of
+    a round-2 file: it checks the code and settings the file was made with, anywhere, without data.
+    """
+    short = dataclasses.replace(cfg, train_fraction=1.0, steps=cfg.repro_steps, train_eval_size=0, test_size=0,
+                                eval_every=0, progress=False, device="cpu", threads=1, out=None)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = cifar_data.write_tiny_image_folder(Path(tmp) / "tiny", **REPRO_TINY_SET)
+        os.environ[cifar_data.ENV_CACHE_DIR] = str(Path(tmp) / "cache")
+        try:
+            history = run(dataclasses.replace(short, data_dir=str(root)))
+        finally:
+            del os.environ[cifar_data.ENV_CACHE_DIR]
+    return {**history, "repro_steps": cfg.repro_steps}
 
 
 def main(argv: Sequence[str] | None = None) -> dict:

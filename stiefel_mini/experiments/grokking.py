@@ -580,15 +580,15 @@ SWEEP_PLANS: dict[str, SweepConfig] = {
     # Round 2 of issue 17, each resumable (re-run the same command to continue a stopped sweep).
     # Long horizon: 8,000 steps, the six arms of ROUND2_ARMS; the first three are the priority.
     "r2_long": SweepConfig(seeds=(0, 1, 2, 3, 4), arms=ROUND2_ARMS, out="results/grokking/r2_long.json",
-                           preset="long", history_points=400, repro_arm="stiefel_learned"),
+                           preset="long", history_points=400, repro_arm="stiefel_learned", repro_steps=100),
     # Weight decay of the rest of the model, 0.1 .. 3 (30x), AdamW against Stiefel, long horizon.
     "r2_wd": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"), out="results/grokking/r2_wd.json",
-                         preset="long", history_points=400, repro_arm="stiefel_learned",
+                         preset="long", history_points=400, repro_arm="stiefel_learned", repro_steps=100,
                          weight_decays=(0.1, 0.3, 1.0, 3.0)),
     # Nanda et al.'s p = 113 recipe (20,000 steps).
     "r2_reference": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"),
                                 out="results/grokking/r2_reference.json", preset="reference", history_points=400,
-                                repro_arm="stiefel_learned"),
+                                repro_arm="stiefel_learned", repro_steps=100),
     # Seconds: the tests' version of r2_long and r2_wd.
     "tiny": SweepConfig(seeds=(0, 1), arms=("adamw", "stiefel_learned", "frozen_learned"),
                         out="results/grokking/tiny.json", preset="tiny", repro_arm="stiefel_learned",

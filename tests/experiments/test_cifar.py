@@ -234,6 +234,10 @@ def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
     cfg = r2_cfg(tiny_root, seeds=(0, 1), train_fractions=(1.0,), out=str(out))
     payload = cifar.sweep(cfg)
     assert len(payload["runs"]) == 2 * 4 and payload["repro"]["repro_steps"] == 3
+    # The stored repro run is the first grid point on the tiny set, and reruns exactly.
+    assert (payload["repro"]["arm"], payload["repro"]["seed"], payload["repro"]["lr"]) == ("A0", 0, 1e-3)
+    assert cifar.tiny_set_run(dataclasses.replace(cfg, arm="A0", seed=0, lr=1e-3))["train_loss"] == \
+        payload["repro"]["train_loss"]
     assert {(r["arm"], r["lr"], r["frame_lr"]) for r in payload["runs"]} == {
         ("A0", 1e-3, None), ("A0", 3e-3, None), ("A1", cfg.lr, 1e-2), ("A1", cfg.lr, 0.3)}
     assert all(r["git_commit"] == payload["provenance"]["git_commit"] and "git_dirty" in r for r in payload["runs"])
@@ -261,32 +265,21 @@ def test_trust_cap_binds_at_large_frame_lr(tiny_root):
     assert h["orth_error"] < 1e-4
 
 
-def _r2_files() -> list[str]:
-    return sorted(p.name for p in REPRO_FILE.parent.glob("r2_*.json"))
-
-
-@pytest.mark.parametrize("name", _r2_files())
-def test_round2_file_reproduces_its_repro_run(name, monkeypatch):
-    """Re-run the short run a round-2 file stores first (needs the CIFAR-10 images; skipped without)."""
-    monkeypatch.delenv(cifar_data.ENV_CACHE_DIR)  # the real images: the user's decoded cache
-    stored = json.loads((REPRO_FILE.parent / name).read_text())
-    repro = stored.get("repro")
-    if repro is None:
-        pytest.skip(f"{name} holds no repro record")
-    if cifar_data.find_data_dir() is None:
-        pytest.skip("CIFAR-10 images not available (set STIEFEL_MINI_CIFAR_DIR)")
-    fields = {f.name for f in dataclasses.fields(CifarConfig)}
-    cfg = CifarConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored["provenance"]["config"].items()
-                         if k in fields})
-    cfg = dataclasses.replace(cfg, arm=repro["arm_name"], seed=repro["seed"], train_fraction=repro["train_fraction"],
-                              lr=repro["lr"], frame_lr=repro["frame_lr"] if repro["frame_lr"] is not None else cfg.frame_lr,
-                              steps=repro["repro_steps"], eval_every=0, progress=False, data_dir=None, device="cpu",
-                              threads=1)
-    h = cifar.run(cfg)
-    assert h["step"] == repro["step"]
-    assert h["train_loss"] == pytest.approx(repro["train_loss"], rel=REL_TOL)
-    assert h["qk_step_mean"] == pytest.approx(repro["qk_step_mean"], rel=REL_TOL)
-    assert abs(h["test_acc"] - repro["test_acc"]) <= ACC_TOL
+def test_round2_files_reproduce_their_repro_run():
+    """Re-run the short tiny-set run each committed round-2 file stores first (its first grid point)."""
+    for path in sorted(REPRO_FILE.parent.glob("r2_*.json")):
+        stored = json.loads(path.read_text())
+        repro = stored["repro"]
+        fields = {f.name for f in dataclasses.fields(CifarConfig)}
+        cfg = CifarConfig(**{k: tuple(v) if isinstance(v, list) else v
+                             for k, v in stored["provenance"]["config"].items() if k in fields})
+        cfg = dataclasses.replace(cfg, arm=repro["arm_name"], seed=repro["seed"], lr=repro["lr"],
+                                  frame_lr=repro["frame_lr"] if repro["frame_lr"] is not None else cfg.frame_lr)
+        h = cifar.tiny_set_run(cfg)
+        assert h["step"] == repro["step"], path.name
+        assert h["train_loss"] == pytest.approx(repro["train_loss"], rel=REL_TOL), path.name
+        assert h["qk_step_mean"] == pytest.approx(repro["qk_step_mean"], rel=REL_TOL), path.name
+        assert abs(h["test_acc"] - repro["test_acc"]) <= ACC_TOL, path.name
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -225,21 +225,21 @@ def test_cli_plan(tmp_path, capsys):
         G.main(["sweep", "--plan", "nope"])
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in RESULTS.parent.glob("r2_*.json")))
-def test_reproduces_round2_results(name):
-    """Re-run the stored short repro run of a round-2 file (stored first, so partial files have it)."""
-    results = load_results(RESULTS.parent / name)
-    repro = results["repro"]
-    fields = {f.name for f in dataclasses.fields(G.GrokkingConfig)}
-    cfg = G.GrokkingConfig(**{k: tuple(v) if isinstance(v, list) else v
-                              for k, v in repro["config"].items() if k in fields})
-    again = G.run(dataclasses.replace(cfg, progress=False))["history"]
-    stored = repro["history"]
-    assert again["step"] == stored["step"]
-    for key in ("train_loss", "val_loss", "max_logit"):
-        torch.testing.assert_close(torch.tensor(again[key]), torch.tensor(stored[key]), rtol=LOSS_RTOL, atol=1e-6)
-    for key in ("train_acc", "val_acc"):
-        assert max(abs(a - b) for a, b in zip(again[key], stored[key])) <= ACC_ATOL, key
+def test_reproduces_round2_results():
+    """Re-run the short repro run each committed round-2 file stores first (so partial files have it)."""
+    for path in sorted(RESULTS.parent.glob("r2_*.json")):
+        repro = load_results(path)["repro"]
+        fields = {f.name for f in dataclasses.fields(G.GrokkingConfig)}
+        cfg = G.GrokkingConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in repro["config"].items() if k in fields})
+        again = G.run(dataclasses.replace(cfg, progress=False))["history"]
+        stored = repro["history"]
+        assert again["step"] == stored["step"], path.name
+        for key in ("train_loss", "val_loss", "max_logit"):
+            torch.testing.assert_close(torch.tensor(again[key]), torch.tensor(stored[key]), rtol=LOSS_RTOL,
+                                       atol=1e-6, msg=f"{path.name} {key}")
+        for key in ("train_acc", "val_acc"):
+            assert max(abs(a - b) for a, b in zip(again[key], stored[key])) <= ACC_ATOL, (path.name, key)
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="no committed grokking results")
