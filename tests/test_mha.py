@@ -218,7 +218,9 @@ def test_checkpoint_roundtrip_continues_identically():
         return m, StiefelAdam(param_groups(m, weight_decay=0.1, frame_options={"lr": 0.05}), lr=1e-2)
 
     model, opt = make()
+    q0 = model.q_weight.detach().clone()
     _train_steps(model, opt, x, 3)
+    assert (model.q_weight - q0).abs().max() > 0.01  # three steps of frame lr 0.05 moved the frames
     buffer = io.BytesIO()
     torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buffer)
     _train_steps(model, opt, x, 3)

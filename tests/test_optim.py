@@ -341,6 +341,8 @@ def test_state_dict_round_trip_continues_bit_for_bit(dtype):
     for p, q in zip(ref, resumed):
         assert p.dtype == q.dtype
         assert torch.equal(p, q)
+    for p, p0 in zip(ref, params):  # and the 20 steps moved every parameter
+        assert (p.float() - p0.float()).abs().max() > 0.05
     for p, q in zip(ref, resumed):
         s, t = ref_opt.state[p], opt2.state[q]
         assert s.keys() == t.keys()
@@ -374,6 +376,7 @@ def test_closure_gives_the_same_step_and_returns_the_loss():
         opt2.step()
         assert torch.is_tensor(out) and torch.equal(out.detach(), expected.detach())
     assert torch.equal(W1, W2) and torch.equal(b1, b2)
+    assert (W1 - frame(7, 3, seed=16)).abs().max() > 0.02  # five steps of lr 0.02 moved the frame
     assert opt1.step() is None  # no closure: returns None
 
 
@@ -613,6 +616,7 @@ def test_rotation_equivariance(second_moment):
     left = _rotation_run(Q @ W0, Q @ A @ Q.T, B, Q @ C, second_moment)
     # f'(W') = f(W' R^T) has B' = R^T B R, C' = C R
     right = _rotation_run(W0 @ R, A, R.T @ B @ R, C @ R, second_moment)
+    assert (W_t - W0).abs().max() > 0.1  # 25 steps of lr 0.05 moved the frame
     left_err = (left - Q @ W_t).abs().max().item()
     right_err = (right - W_t @ R).abs().max().item()
     if second_moment in ("frame", "column"):
@@ -652,9 +656,11 @@ def test_half_precision_frames_are_updated_in_float32(dtype):
         with torch.no_grad():
             for q in emu:
                 q.copy_(q.to(dtype).float())
-    for p, q in zip(low, emu):
+    for i, (p, q) in enumerate(zip(low, emu)):
         assert p.dtype == dtype
         assert torch.equal(p.float(), q)
+        moved = torch.linalg.matrix_norm(p.float() - frame(*shapes[i], seed=30 + i, dtype=dtype).float())
+        assert moved.min() > 0.1, moved  # 30 steps of lr 0.05 along random gradients
         state = opt_low.state[p]
         assert state["exp_avg"].dtype == torch.float32 and state["exp_avg_sq"].dtype == torch.float32
         assert torch.equal(state["exp_avg"], opt_emu.state[q]["exp_avg"])
@@ -690,6 +696,7 @@ def test_batched_frame_parameter_equals_separate_parameters():
         torch.testing.assert_close(heads[h].detach(), sep[h].detach(), rtol=0, atol=1e-13)
         torch.testing.assert_close(opt.state[heads]["exp_avg_sq"][h], sep_opts[h].state[sep[h]]["exp_avg_sq"], rtol=0, atol=1e-13)
     torch.testing.assert_close(wide.detach(), wide_t.detach().mT, rtol=0, atol=1e-13)
+    assert torch.linalg.matrix_norm(heads - frame(3, 8, 2, seed=34, dtype=F64)).min() > 0.1  # all moved
     # state layout follows the parameter: column second moment is (1, p) tall, (p, 1) wide
     assert opt.state[heads]["exp_avg_sq"].shape == (3, 1, 2)
     assert opt.state[wide]["exp_avg_sq"].shape == (2, 1)

@@ -110,3 +110,6 @@ def test_param_groups_frames_ignore_decay_in_a_whole_model():
     ref = train(0.0)
     for wd in (0.01, 3.0):
         assert all(torch.equal(a, b) for a, b in zip(train(wd), ref))
+    torch.manual_seed(0)
+    start = StiefelSelfAttention(16, 2, 4).double()
+    assert (ref[0] - start.w_q).abs().max() > 0.01  # the frames moved (4 steps of lr 0.05)
