@@ -535,6 +535,34 @@ def summary_table(results: dict, baseline: str = "adamw", weight_decay: float | 
     return rows
 
 
+def merge_results(results: Sequence[dict]) -> dict:
+    """One results payload from sweeps of the same base config run in parallel into separate files.
+
+    The runs are concatenated (a run present in several files raises ``ValueError``), ``sweep.arms``
+    and ``sweep.seeds`` become the union in first-seen order, ``provenance`` is the first file's and
+    every file's own provenance is kept under ``provenance_merged``. Raises ``ValueError`` when the
+    files hold different base configs or weight-decay grids.
+    """
+    if not results:
+        raise ValueError("merge_results needs at least one results payload")
+    first = results[0]
+    for other in results[1:]:
+        if other["base_config"] != first["base_config"] or \
+                other["sweep"].get("weight_decays") != first["sweep"].get("weight_decays"):
+            raise ValueError("results of different base configs (or decay grids) cannot be merged")
+    runs, seen = [], set()
+    for res in results:
+        for r in res["runs"]:
+            key = (r["arm"], r["seed"], r.get("weight_decay"))
+            if key in seen:
+                raise ValueError(f"run {key} is in more than one file")
+            seen.add(key)
+            runs.append(r)
+    union = lambda key: list(dict.fromkeys(x for res in results for x in res["sweep"][key]))  # noqa: E731
+    return {**first, "sweep": {**first["sweep"], "arms": union("arms"), "seeds": union("seeds")}, "runs": runs,
+            "provenance_merged": [res["provenance"] for res in results]}
+
+
 def curve_bands(results: dict, arm: str, key: str = "val_acc",
                 weight_decay: float | None = None) -> dict[str, list[float]]:
     """Median and quartiles over seeds of ``history[key]`` per evaluated step, for one arm.

@@ -216,6 +216,24 @@ def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
         G.sweep(scfg, dataclasses.replace(base, steps=7))
 
 
+def test_merge_results_of_parallel_sweeps(tmp_path):
+    base = dataclasses.replace(G.PRESETS["tiny"], steps=6)
+    plan = dataclasses.replace(G.SWEEP_PLANS["tiny"], arms=("adamw", "stiefel_learned"))
+    a = G.sweep(dataclasses.replace(plan, seeds=(0,), out=str(tmp_path / "a.json")), base, command="a")
+    b = G.sweep(dataclasses.replace(plan, seeds=(1,), out=str(tmp_path / "b.json")), base, command="b")
+    merged = G.merge_results([a, b])
+    assert [(r["seed"], r["arm"]) for r in merged["runs"]] == [(0, "adamw"), (0, "stiefel_learned"),
+                                                               (1, "adamw"), (1, "stiefel_learned")]
+    assert merged["sweep"]["seeds"] == [0, 1] and [p["command"] for p in merged["provenance_merged"]] == ["a", "b"]
+    assert [r["n"] for r in G.summary_table(merged) if "n" in r][0] == 2
+    with pytest.raises(ValueError, match="more than one file"):
+        G.merge_results([a, a])
+    other = G.sweep(dataclasses.replace(plan, seeds=(1,), out=str(tmp_path / "c.json")),
+                    dataclasses.replace(base, steps=5))
+    with pytest.raises(ValueError, match="different base configs"):
+        G.merge_results([a, other])
+
+
 def test_cli_plan(tmp_path, capsys):
     out = tmp_path / "plan.json"
     G.main(["sweep", "--plan", "tiny", "--seeds", "0", "--arms", "adamw", "--steps", "4", "--out", str(out)])
