@@ -96,6 +96,9 @@ PRESETS: dict[str, GrokkingConfig] = {
     # 1/sqrt(d_head) rule aims at for unit-variance q and k; AdamW's own logits pass it within its
     # first ~10 steps here, while all arms start at RMS ~0.02 from the shared initialisation).
     "long": GrokkingConfig(steps=8000, logit_rms_init=1.0),
+    # Round 2's arms at round 1's length (1,800 steps): the grokking-time comparisons at a third of
+    # the cost of "long" (collapses need "long").
+    "short": GrokkingConfig(logit_rms_init=1.0),
     # A few seconds: the tests' stand-in for "long" (same code path, tiny sizes).
     "tiny": GrokkingConfig(p=11, d_model=16, n_heads=2, d_mlp=32, steps=40, eval_every=5, logit_rms_init=1.0,
                            progress=False),
@@ -609,6 +612,9 @@ SWEEP_PLANS: dict[str, SweepConfig] = {
     # Long horizon: 8,000 steps, the six arms of ROUND2_ARMS; the first three are the priority.
     "r2_long": SweepConfig(seeds=(0, 1, 2, 3, 4), arms=ROUND2_ARMS, out="results/grokking/r2_long.json",
                            preset="long", history_points=400, repro_arm="stiefel_learned", repro_steps=100),
+    # The same arms at round 1's 1,800 steps: time to grok, with paired seeds, cheaply.
+    "r2_short": SweepConfig(seeds=(0, 1, 2, 3, 4), arms=ROUND2_ARMS, out="results/grokking/r2_short.json",
+                            preset="short", repro_arm="stiefel_learned", repro_steps=100),
     # Weight decay of the rest of the model, 0.1 .. 3 (30x), AdamW against Stiefel, long horizon.
     "r2_wd": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"), out="results/grokking/r2_wd.json",
                          preset="long", history_points=400, repro_arm="stiefel_learned", repro_steps=100,
