@@ -11,6 +11,7 @@ import http.server
 import os
 import shutil
 import threading
+from urllib.parse import urlparse
 
 import pytest
 
@@ -66,3 +67,62 @@ def browser():
             yield b
         finally:
             b.close()
+
+
+class Visit:
+    """One page opened in a fresh browser context, with everything it did recorded."""
+
+    def __init__(self, browser, url: str, width: int = 1280):
+        self.context = browser.new_context(viewport={"width": width, "height": 900})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.outside: list[str] = []
+        self.failed: list[str] = []
+        self.page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+        self.page.on(
+            "console",
+            lambda msg: self.errors.append(f"console.{msg.type}: {msg.text} @ {msg.location}")
+            if msg.type == "error"
+            else None,
+        )
+        self.page.on("requestfailed", lambda req: self.failed.append(f"{req.url} ({req.failure})"))
+        self.page.on(
+            "response",
+            lambda resp: self.failed.append(f"{resp.url} (HTTP {resp.status})") if resp.status >= 400 else None,
+        )
+        self.page.route("**/*", self._route)
+        self.page.goto(url, wait_until="load", timeout=60_000)
+        self.page.wait_for_load_state("networkidle", timeout=60_000)
+        # Let MathJax finish typesetting (its startup promise resolves after the first typeset).
+        self.page.evaluate(
+            "() => (window.MathJax && MathJax.startup && MathJax.startup.promise)"
+            " ? MathJax.startup.promise.then(() => true) : null"
+        )
+
+    def _route(self, route):
+        parsed = urlparse(route.request.url)
+        if parsed.hostname == "127.0.0.1" and parsed.path == "/favicon.ico":
+            route.fulfill(status=204, body=b"")  # the browser's own request; the book has no favicon
+            return
+        if parsed.scheme in ("http", "https", "ws", "wss") and parsed.hostname != "127.0.0.1":
+            self.outside.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def visit(browser, book_url):
+    opened: list[Visit] = []
+
+    def _open(page: str, width: int = 1280) -> Visit:
+        v = Visit(browser, book_url + page, width)
+        opened.append(v)
+        return v
+
+    yield _open
+    for v in opened:
+        v.close()

@@ -1,0 +1,89 @@
+"""What a reader sees in the built book: tables rendered, math and pages never clipped, no debris.
+
+Run after ``bash scripts/build_book.sh``::
+
+    pytest tests/browser -m browser
+
+Each page is opened in headless Chromium (network cut, as in ``test_book.py``) at a desktop width
+(1280 px) and a phone width (400 px).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bookpaths import book_pages
+
+pytestmark = pytest.mark.browser
+
+PAGES = book_pages() or ["<no built book>"]
+WIDTHS = [1280, 400]
+
+# A Markdown table that reached the page as text: its separator row ("| --- | :---: |") is visible.
+RAW_TABLES_JS = r"""() => {
+    const sep = /^\s*\|?(\s*:?-{3,}:?\s*\|)+\s*:?-{0,}:?\s*$/m;
+    return Array.from(document.querySelectorAll('article p, article pre, .cell_output'))
+        .filter(el => !el.closest('.cell_input'))
+        .map(el => el.innerText)
+        .filter(t => sep.test(t) && t.includes('|'))
+        .map(t => t.slice(0, 160));
+}"""
+
+# Display equations whose typeset width does not fit their box (clipped, or needing a scroll).
+MATH_JS = r"""() => Array.from(document.querySelectorAll('mjx-container[display="true"]')).map(c => {
+    const math = c.querySelector('mjx-math');
+    const box = c.getBoundingClientRect();
+    const inner = math ? math.getBoundingClientRect() : box;
+    return {
+        tex: (c.closest('.math') || c).textContent.slice(0, 80),
+        fits: inner.width <= c.clientWidth + 1, iw: Math.round(inner.width), cw: c.clientWidth, sw: c.scrollWidth,
+        scrolls: ['auto', 'scroll'].includes(getComputedStyle(c).overflowX),
+        inside: box.right <= document.documentElement.clientWidth + 1 && box.left >= -1,
+    };
+})"""
+
+# Output blocks a reader should never see: stderr streams, warnings, progress bars.
+DEBRIS_JS = r"""() => {
+    const bad = [];
+    for (const el of document.querySelectorAll('.cell_output .stderr, .cell_output .output.stderr')) {
+        bad.push('stderr block: ' + el.innerText.slice(0, 120));
+    }
+    const pattern = /(\w*Warning:|Traceback \(most recent|\d+%\|[^|]*\||\d+it\/s\]|it\/s\])/;
+    for (const el of document.querySelectorAll('.cell_output')) {
+        const m = el.innerText.match(pattern);
+        if (m) bad.push('debris "' + m[0] + '": ' + el.innerText.slice(0, 120));
+    }
+    return bad;
+}"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_raw_markdown_tables(visit, page):
+    v = visit(page)
+    raw = v.page.evaluate(RAW_TABLES_JS)
+    assert not raw, f"{page}: Markdown tables shown as raw text: {raw}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_stderr_warnings_or_progress_bars(visit, page):
+    v = visit(page)
+    bad = v.page.evaluate(DEBRIS_JS)
+    assert not bad, f"{page}: {bad}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", PAGES)
+def test_math_and_page_fit_the_screen(visit, page, width):
+    v = visit(page, width)
+    overflow = v.page.evaluate(
+        "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert overflow[0] <= overflow[1] + 1, f"{page} at {width} px scrolls sideways: {overflow}"
+    equations = v.page.evaluate(MATH_JS)
+    outside = [e["tex"] for e in equations if not e["inside"]]
+    assert not outside, f"{page} at {width} px: display equations reaching outside the page: {outside}"
+    if width >= 1280:  # on a desktop screen every equation fits, split into lines where needed
+        clipped = [e["tex"] for e in equations if not e["fits"]]
+    else:  # on a phone a long equation may scroll inside its own box, but never be cut off
+        clipped = [e["tex"] for e in equations if not (e["fits"] or e["scrolls"])]
+    assert not clipped, f"{page} at {width} px: display equations that do not fit: {clipped}"
