@@ -1,0 +1,86 @@
+"""The verdict table is computed from results files: its numbers and words follow the runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stiefel_mini import verdicts
+
+
+def test_sign_test_exact_values():
+    assert verdicts.sign_test(5, 0) == pytest.approx(0.0625)   # 2 / 2^5
+    assert verdicts.sign_test(0, 3) == pytest.approx(0.25)
+    assert verdicts.sign_test(2, 2) == 1.0
+    assert verdicts.sign_test(0, 0) == 1.0
+    assert verdicts.sign_test(9, 1) == pytest.approx(2 * 11 / 1024)
+    with pytest.raises(ValueError, match="counts"):
+        verdicts.sign_test(-1, 2)
+
+
+def test_paired_uses_only_common_seeds_and_direction():
+    runs = [{"arm": "a", "seed": s, "v": 1.0} for s in range(4)] + [
+        {"arm": "b", "seed": s, "v": 1.0 + d} for s, d in [(0, 0.5), (1, 0.4), (2, -0.1)]]
+    c = verdicts.paired(runs, "a", "b", lambda r: r["v"])
+    assert c["n"] == 3 and c["wins"] == 2 and c["losses"] == 1
+    assert c["mean"] == pytest.approx(0.8 / 3)
+    lower = verdicts.paired(runs, "a", "b", lambda r: r["v"], higher_is_better=False)
+    assert lower["wins"] == 1 and lower["losses"] == 2
+    assert verdicts.paired(runs, "a", "missing", lambda r: r["v"]) is None
+
+
+def _cifar_file(path, n_train, deltas, patch=8):
+    runs = []
+    for seed, d in enumerate(deltas):
+        for arm, acc in (("A0", 0.40), ("A1", 0.40 + d), ("A3", 0.40 + d), ("A4", 0.40 + d),
+                         ("A5", 0.40), ("A7", 0.40 + d), ("A0'", 0.40)):
+            runs.append({"arm": arm, "seed": seed, "train_fraction": 0.1, "n_train": n_train,
+                         "test_acc": acc + 0.001 * seed * (arm == "A5"), "qk_step_mean": 1.0 if arm != "A1" else 0.02,
+                         "qk_drift": 0.01})
+    settings = {"patch_size": patch, "d_model": 96, "depth": 3, "epochs": 6, "lr": 1e-3}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"settings": settings, "runs": runs}))
+
+
+def _verdict(rows, start):
+    return next(r for r in rows if r["claim"].startswith(start))
+
+
+def test_verdicts_follow_the_results(tmp_path):
+    _cifar_file(tmp_path / "results/cifar/cpu.json", 5000, [-0.010, -0.012, -0.011])
+    rows = verdicts.claim_verdicts(tmp_path)
+    acc = _verdict(rows, "+8.98")
+    assert acc["verdict"].startswith("Not reproduced: StiefelAdam below AdamW")
+    assert "A1 − A0: -1.10 pp" in acc["evidence"][0][1]
+    assert "patch 4" in acc["not_tested"] and "12 paired seeds (here 3)" in acc["not_tested"]
+    assert "50x" in _verdict(rows, "The Q/K steps")["verdict"]
+    assert _verdict(rows, "Grokking")["verdict"] == "not measured"
+    assert "20,000 epochs" in _verdict(rows, "Grokking")["not_tested"]
+
+    # new results at the paper's scale, where StiefelAdam wins: the words change with the numbers
+    _cifar_file(tmp_path / "results/cifar/cpu.json", 50_000, [0.09, 0.08, 0.10] * 4, patch=4)
+    rows = verdicts.claim_verdicts(tmp_path)
+    acc = _verdict(rows, "+8.98")
+    assert acc["verdict"].startswith("Partly supported: StiefelAdam above AdamW in 1 of 1")
+    assert acc["not_tested"] == ""
+
+
+def test_grokking_verdict_and_html(tmp_path):
+    runs = []
+    for seed in range(5):
+        for arm, s95 in (("adamw", 1000), ("stiefel", 700), ("frozen", 650)):
+            runs.append({"arm": arm, "seed": seed, "metrics": {"steps_to_val95": s95 + seed, "final_val_acc": 1.0}})
+    cfg = {"p": 59, "train_frac": 0.3, "steps": 1800, "lr": 0.01, "weight_decay": 1.0}
+    (tmp_path / "results/grokking").mkdir(parents=True)
+    (tmp_path / "results/grokking/cpu.json").write_text(json.dumps({"base_config": cfg, "runs": runs}))
+    rows = verdicts.claim_verdicts(tmp_path)
+    g = _verdict(rows, "Grokking")
+    assert g["verdict"] == "Groks sooner than AdamW (5/5 seeds), but so do frozen random frames"
+    assert "wins 5/5 (sign p = 0.062)" in g["evidence"][0][1]
+    table = verdicts.verdict_table_html(rows)
+    assert table.count("<tr>") == len(rows) + 1 and "href='grokking.html#verdict'" in table
+    box = verdicts.verdict_box_html(rows, "grokking")
+    assert "Groks sooner" in box and "Not tested: 20,000 epochs" in box
+    with pytest.raises(ValueError, match="no verdict links to chapter"):
+        verdicts.verdict_box_html(rows, "intro")
