@@ -1,6 +1,6 @@
 """Widgets that respond in a static HTML page with no kernel, and live in Jupyter.
 
-Every widget here is a slider ``jslink``-ed to an ipywidgets ``Stack`` of pre-rendered frames. The
+Every widget here is a slider (or a row of toggle buttons) ``jslink``-ed to an ipywidgets ``Stack`` of pre-rendered frames. The
 frames (PNG images or HTML snippets) are computed once, in Python, when the notebook runs; the link
 between the slider and the stack lives in the browser. So the widget keeps working in the built book
 (where the ipywidgets HTML manager replays the saved widget state) and in Jupyter, Binder or Colab
@@ -10,6 +10,8 @@ Functions:
 
 - :func:`frame_player` — one slider over a list of frames.
 - :func:`frame_grid_player` — two sliders over a 2-D grid of frames (row slider x column slider).
+- :func:`frame_explorer` — one row of toggle buttons per dimension of an n-D grid of frames (for
+  categories such as arm, seed, metric, where a slider would suggest an order).
 - :func:`figure_to_png` — render a matplotlib figure to PNG bytes (and close it).
 - :func:`markdown_table` / :func:`show_table` — rows of cells as a Markdown table (text / displayed).
 - :func:`weight_decay_widget` — the weight-decay chapter's two-slider view of a sweep, with
@@ -25,8 +27,8 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["figure_to_png", "frame_player", "frame_grid_player", "markdown_table", "show_table",
-           "weight_decay_frame_html", "weight_decay_widget"]
+__all__ = ["figure_to_png", "frame_player", "frame_grid_player", "frame_explorer", "markdown_table",
+           "show_table", "weight_decay_frame_html", "weight_decay_widget"]
 
 
 def figure_to_png(fig: Any, *, dpi: int = 80, close: bool = True) -> bytes:
@@ -80,9 +82,15 @@ def _labels(labels: Sequence[Any] | None, n: int, what: str) -> list[str]:
     return out
 
 
-def _slider(labels: list[str], description: str, index: int):
+def _control(labels: list[str], description: str, index: int, control: str = "slider"):
+    """A control over ``labels``: a slider (ordered values) or toggle buttons (categories)."""
     import ipywidgets as w
 
+    if control == "toggle":
+        return w.ToggleButtons(options=labels, index=index, description=description,
+                               style={"description_width": "initial", "button_width": "auto"})
+    if control != "slider":
+        raise ValueError(f"control must be 'slider' or 'toggle', got {control!r}")
     return w.SelectionSlider(
         options=labels,
         index=index,
@@ -101,6 +109,7 @@ def frame_player(
     index: int = 0,
     dpi: int = 80,
     width: str | None = None,
+    control: str = "slider",
 ):
     """One slider that flips through pre-rendered frames, with no kernel needed.
 
@@ -116,6 +125,8 @@ def frame_player(
         index: frame shown first.
         dpi: resolution for matplotlib frames.
         width: optional CSS width of image frames (e.g. ``"480px"``).
+        control: ``"slider"`` for ordered labels (a step, a learning rate), ``"toggle"`` for
+            categories (toggle buttons: no order is implied).
 
     Returns:
         ``ipywidgets.VBox([slider, stack])``; ``.slider`` and ``.stack`` attributes are set on it.
@@ -130,7 +141,7 @@ def frame_player(
         raise ValueError(f"index {index} out of range for {len(frames)} frames")
     children = [_frame_widget(f, dpi=dpi, width=width) for f in frames]
     stack = w.Stack(children=children, selected_index=index)
-    slider = _slider(names, description, index)
+    slider = _control(names, description, index, control)
     link = w.jslink((slider, "index"), (stack, "selected_index"))
     box = w.VBox([slider, stack])
     box.slider, box.stack, box.links = slider, stack, [link]
@@ -174,8 +185,8 @@ def frame_grid_player(
         raise ValueError("frame_grid_player: every row must have the same number of frames")
     rows = _labels(row_labels, len(grid), "frame_grid_player rows")
     cols = _labels(col_labels, n, "frame_grid_player columns")
-    row_slider = _slider(rows, row_description, 0)
-    col_slider = _slider(cols, col_description, 0)
+    row_slider = _control(rows, row_description, 0)
+    col_slider = _control(cols, col_description, 0)
     inner = [
         w.Stack(children=[_frame_widget(f, dpi=dpi, width=width) for f in row], selected_index=0)
         for row in grid
@@ -320,4 +331,54 @@ def weight_decay_widget(history: dict[str, Any], *, arms: Sequence[str] = ("adam
                             col_labels=[str(snap_steps[i]) for i in cols],
                             row_description="weight decay", col_description="training step")
     box.add_class("wd-widget")
+
+
+def frame_explorer(
+    frames: Sequence[Any],
+    dims: Sequence[tuple[str, Sequence[Any]]],
+    *,
+    dpi: int = 80,
+    width: str | None = None,
+):
+    """Toggle buttons over an n-dimensional grid of pre-rendered frames, with no kernel needed.
+
+    ``frames[i_0][i_1]...[i_{n-1}]`` is shown when the k-th row of buttons is at ``dims[k][1][i_k]``.
+    Built as nested ``Stack`` s: level k holds one child per label of dimension k, and every stack of
+    level k is ``jslink``-ed to the k-th ``ToggleButtons``, so the page needs no kernel. A grid of
+    sizes ``m_0 x ... x m_{n-1}`` holds ``prod(m_k)`` frames and ``1 + m_0 + m_0 m_1 + ...`` links.
+
+    Args:
+        frames: nested lists, ``n = len(dims)`` deep, of PNG bytes, matplotlib figures or HTML strings.
+        dims: ``(description, labels)`` per dimension, outermost first, e.g.
+            ``[("metric", ["val acc", "entropy"]), ("seed", [0, 1, 2])]``.
+        dpi: resolution for matplotlib frames.
+        width: optional CSS width of image frames.
+
+    Returns:
+        ``ipywidgets.VBox([*toggles, stack])`` with ``.controls``, ``.stack`` and ``.links`` set.
+    """
+    import ipywidgets as w
+
+    if not dims:
+        raise ValueError("frame_explorer needs at least one dimension")
+    names = [_labels(labels, len(labels), f"frame_explorer dimension {d!r}") for d, labels in dims]
+    controls = [_control(lab, d, 0, "toggle") for (d, _), lab in zip(dims, names)]
+    links = []
+
+    def build(node: Any, level: int, where: str):
+        node = list(node)
+        if len(node) != len(names[level]):
+            raise ValueError(f"frame_explorer: {where} has {len(node)} entries for the {len(names[level])} "
+                             f"labels of dimension {dims[level][0]!r}")
+        if level == len(dims) - 1:
+            children = [_frame_widget(f, dpi=dpi, width=width) for f in node]
+        else:
+            children = [build(sub, level + 1, f"{where}[{i}]") for i, sub in enumerate(node)]
+        stack = w.Stack(children=children, selected_index=0)
+        links.append(w.jslink((controls[level], "index"), (stack, "selected_index")))
+        return stack
+
+    stack = build(frames, 0, "frames")
+    box = w.VBox([*controls, stack])
+    box.controls, box.stack, box.links = controls, stack, links
     return box

@@ -8,7 +8,7 @@ import ipywidgets as w  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from stiefel_mini.widgets import figure_to_png, frame_grid_player, frame_player  # noqa: E402
+from stiefel_mini.widgets import figure_to_png, frame_explorer, frame_grid_player, frame_player  # noqa: E402
 
 
 def _fig(k):
@@ -177,3 +177,30 @@ def test_widget_builds_a_static_grid(history):
     imgs_00, imgs_20 = dict(img.findall(html_00)), dict(img.findall(html_20))
     assert imgs_00["stiefel"] == imgs_20["stiefel"]  # the same bits draw the same picture
     assert imgs_00["adamw"] != imgs_20["adamw"]
+
+
+def test_frame_player_toggle_control_for_categories():
+    box = frame_player(["<i>a</i>", "<i>b</i>"], labels=["frame", "column"], control="toggle")
+    assert isinstance(box.slider, w.ToggleButtons) and box.slider.options == ("frame", "column")
+    (link,) = box.links
+    assert link.source == (box.slider, "index") and link.target == (box.stack, "selected_index")
+    with pytest.raises(ValueError, match="control must be"):
+        frame_player(["a"], control="dial")
+
+
+def test_frame_explorer_nests_stacks_one_toggle_per_dimension():
+    frames = [[f"<p>{m} seed {s}</p>" for s in range(3)] for m in ("acc", "entropy")]
+    box = frame_explorer(frames, [("metric", ["acc", "entropy"]), ("seed", [0, 1, 2])])
+    metric, seed = box.controls
+    assert isinstance(metric, w.ToggleButtons) and seed.options == ("0", "1", "2")
+    outer = box.stack
+    assert len(outer.children) == 2 and all(len(s.children) == 3 for s in outer.children)
+    assert outer.children[1].children[2].value == "<p>entropy seed 2</p>"
+    # 1 link for the outer stack, one per inner stack: all browser-side (no kernel)
+    assert len(box.links) == 3
+    assert {ln.source[0] for ln in box.links} == {metric, seed}
+    assert all(isinstance(ln, w.widgets.widget_link.Link) for ln in box.links)
+    with pytest.raises(ValueError, match="has 2 entries for the 3 labels"):
+        frame_explorer([["a", "b"]], [("m", ["x"]), ("s", [0, 1, 2])])
+    with pytest.raises(ValueError, match="at least one dimension"):
+        frame_explorer([], [])
