@@ -23,9 +23,9 @@ class StiefelSelfAttention(nn.Module):
     For tokens ``x_i in R^{d_model}`` and head h,
 
     .. math::
-        \ell^h_{ij} = s_h\, (W_Q^{h\top} x_i)^\top (W_K^{h\top} x_j)
-                    = s_h\, x_i^\top W_Q^h W_K^{h\top} x_j, \qquad
-        y_i = W_O \big[\textstyle\sum_j \mathrm{softmax}_j(\ell^h_{ij})\, W_V^h x_j\big]_{h}.
+        \ell^h_{ij} &= s_h\, (W_Q^{h\top} x_i)^\top (W_K^{h\top} x_j)
+                    = s_h\, x_i^\top W_Q^h W_K^{h\top} x_j, \\
+        y_i &= W_O \big[\textstyle\sum_j \mathrm{softmax}_j(\ell^h_{ij})\, W_V^h x_j\big]_{h}.
 
     With orthonormal frames (``W^{h\top} W^h = I``) every nonzero singular value of
     ``W_Q^h W_K^{h\top}`` equals 1, since ``(W_Q W_K^T)^T (W_Q W_K^T) = W_K W_K^T`` is a projector. So

@@ -50,8 +50,8 @@ class StiefelMultiheadAttention(nn.Module):
     ``(head_dim, embed_dim)`` (orthonormal rows, ``Q_h Q_h^T = I``):
 
     .. math::
-        \ell^h_{ij} = s_h\,(Q_h x_i + b^q_h)^\top (K_h y_j + b^k_h), \qquad
-        \mathrm{out}_i = W_O \big[\textstyle\sum_j \mathrm{softmax}_j(\ell^h_{ij} + M_{ij})\,
+        \ell^h_{ij} &= s_h\,(Q_h x_i + b^q_h)^\top (K_h y_j + b^k_h), \\
+        \mathrm{out}_i &= W_O \big[\textstyle\sum_j \mathrm{softmax}_j(\ell^h_{ij} + M_{ij})\,
         (W_V^h z_j + b^v_h)\big]_h + b_O,
 
     with ``M`` the additive form of ``attn_mask`` and ``key_padding_mask``, values ``z_j``, and

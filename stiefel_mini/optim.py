@@ -215,18 +215,19 @@ class StiefelAdam(torch.optim.Optimizer):
     For a frame ``W`` (written tall, ``n x p``) with Euclidean gradient ``G`` at step ``t``:
 
     .. math::
-        \xi_t &= P_{W_t}(G_t) = G_t - W_t\,\mathrm{sym}(W_t^\top G_t)
-            && \text{Riemannian gradient (``projector``)} \\
-        m_t &= \beta_1\, m_{t-1} + (1-\beta_1)\, \xi_t
-            && m_{t-1} \text{ already transported to } T_{W_t} \\
-        v_t &= \beta_2\, v_{t-1} + (1-\beta_2)\, \lVert \xi_t \rVert_F^2
-            && \text{one scalar per frame (``second_moment``)} \\
+        \xi_t &= P_{W_t}(G_t) = G_t - W_t\,\mathrm{sym}(W_t^\top G_t) \\
+        m_t &= \beta_1\, m_{t-1} + (1-\beta_1)\, \xi_t \\
+        v_t &= \beta_2\, v_{t-1} + (1-\beta_2)\, \lVert \xi_t \rVert_F^2 \\
         D_t &= \frac{m_t / (1-\beta_1^t)}{\sqrt{v_t / (1-\beta_2^t)} + \epsilon} \\
-        S_t &= -\gamma D_t \cdot \min\!\big(1, \tfrac{\delta}{\lVert \gamma D_t \rVert_F}\big)
-            && \text{trust-region cap } \delta = \text{``max_step''} \\
-        W_{t+1} &= \mathrm{polar}(W_t + S_t) = (W_t + S_t)\big((W_t+S_t)^\top (W_t+S_t)\big)^{-1/2}
-            && \text{(``retraction'')} \\
-        m_t &\leftarrow P_{W_{t+1}}(m_t) && \text{transport by re-projection}
+        S_t &= -\eta D_t \cdot \min\!\big(1, \tfrac{\delta}{\lVert \eta D_t \rVert_F}\big) \\
+        W_{t+1} &= \mathrm{polar}(W_t + S_t) = (W_t + S_t)\big((W_t+S_t)^\top (W_t+S_t)\big)^{-1/2} \\
+        m_t &\leftarrow P_{W_{t+1}}(m_t)
+
+    Line by line: the Riemannian gradient (option ``projector``); the first moment, with
+    ``m_{t-1}`` already transported to the tangent space at ``W_t``; one second moment per frame
+    (option ``second_moment``); the Adam direction; the step of length at most the trust-region
+    cap ``delta = max_step``, with ``eta`` the learning rate ``lr``; the polar retraction (option
+    ``retraction``); the transport of the momentum by re-projection.
 
     (The transport is applied at the start of the next step, where it merges with the projection
     of the new gradient; ``state["exp_avg"]`` therefore holds ``m_t`` as formed at ``W_t``.)
