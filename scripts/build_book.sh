@@ -34,10 +34,6 @@ fi
 
 # (book/_ext/book_assets.py copies them into _build/offline_static/offline/ when the build starts.)
 
-# Real CIFAR-10 for the CIFAR chapters where the project's offline copy sits beside the repository.
-[[ -z "${STIEFEL_MINI_CIFAR_DIR:-}" && -d ../shared/data/cifar10-jpeg ]] \
-  && export STIEFEL_MINI_CIFAR_DIR="$(cd ../shared/data/cifar10-jpeg && pwd)"
-
 # 2. Build. Threads are capped so a chapter's timings are those of the 2-core reference machine.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 export PYDEVD_DISABLE_FILE_VALIDATION=1

@@ -7,13 +7,13 @@ results land (add a file to :data:`CIFAR_FILES` or :data:`GROKKING_FILES`).
 
 Statistics, per paired comparison of arm ``b`` with arm ``a`` over the seeds both finished: the mean
 of the per-seed differences ``b - a`` with its 95% Student-t interval, the wins ``k/n`` (seeds on
-which ``b`` is better) and the exact two-sided sign test ``p = min(1, 2 P(X <= min(k, n - k)))``,
-``X ~ Binomial(n, 1/2)`` (ties dropped). A difference is called *resolved* only when the t interval
+which ``b`` is better) and the exact two-sided sign test of
+:func:`stiefel_mini.experiments.stats.sign_test` (``p = min(1, 2 P(X <= min(k, n - k)))``,
+``X ~ Binomial(n, 1/2)``, ties dropped). A difference is called *resolved* only when the t interval
 excludes zero; no word is stronger than that, and none is corrected for multiplicity.
 
 Functions:
 
-- :func:`sign_test` -- exact two-sided sign test.
 - :func:`paired` -- one paired comparison from a list of runs.
 - :func:`claim_verdicts` -- one row per claim of the paper.
 - :func:`verdict_table_html`, :func:`verdict_box_html` -- the rows as HTML for the book.
@@ -29,37 +29,20 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-__all__ = ["sign_test", "paired", "claim_verdicts", "verdict_table_html", "verdict_box_html",
+from stiefel_mini.experiments.stats import sign_test, t_interval
+from stiefel_mini.resources import results_path
+
+__all__ = ["paired", "claim_verdicts", "verdict_table_html", "verdict_box_html",
            "CIFAR_FILES", "GROKKING_FILES"]
 
-# Results files read for the verdicts (relative to the repository root), in the order the evidence
-# is listed. A file that is not there is skipped.
-CIFAR_FILES = ["results/cifar/cpu.json", "results/cifar/cpu_long.json"]
-GROKKING_FILES = ["results/grokking/cpu.json"]
+# Results files read for the verdicts (relative to ``results/``), in the order the evidence is
+# listed. A file that is not there is skipped.
+CIFAR_FILES = ["cifar/cpu.json", "cifar/cpu_long.json"]
+GROKKING_FILES = ["grokking/cpu.json"]
 
 # The paper's setting, to say plainly what the committed results did not test.
 PAPER_CIFAR = {"patch_size": 4, "n_train": 50_000, "seeds": 12}
 PAPER_GROKKING = {"steps": 20_000, "p": 113}
-
-
-def sign_test(wins: int, losses: int) -> float:
-    """Exact two-sided sign test p-value for ``wins`` against ``losses`` (ties already dropped).
-
-    ``p = min(1, 2 * sum_{i <= min(w, l)} C(n, i) / 2^n)`` with ``n = w + l``; ``p = 1`` when ``n = 0``.
-    """
-    if wins < 0 or losses < 0:
-        raise ValueError(f"wins and losses must be counts >= 0, got {wins}, {losses}")
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    k = min(wins, losses)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
-
-
-def _t_interval(d: np.ndarray) -> tuple[float, float]:
-    from stiefel_mini.experiments.common import t_ci
-
-    return t_ci(d.tolist())
 
 
 def paired(runs: Iterable[dict], a: str, b: str, value: Callable[[dict], float | None],
@@ -85,18 +68,27 @@ def paired(runs: Iterable[dict], a: str, b: str, value: Callable[[dict], float |
     better = d > 0 if higher_is_better else d < 0
     worse = d < 0 if higher_is_better else d > 0
     wins, losses = int(better.sum()), int(worse.sum())
-    lo, hi = _t_interval(d)
+    lo, hi = t_interval(d.tolist()) if d.size >= 2 else (math.nan, math.nan)
     return {"mean": float(d.mean()), "ci": (lo, hi), "wins": wins, "losses": losses,
-            "ties": int(d.size - wins - losses), "n": int(d.size), "p_sign": sign_test(wins, losses),
+            "ties": int(d.size - wins - losses), "n": int(d.size), "p_sign": sign_test(d.tolist())["p"],
             "resolved": bool(np.isfinite(lo) and (lo > 0 or hi < 0)), "diffs": d.tolist()}
 
 
-def _load(root: Path, names: list[str]) -> list[tuple[str, dict]]:
+def _load(root: Path | None, names: list[str]) -> list[tuple[str, dict]]:
+    """The results files among ``names`` that exist: under ``root/results`` or, with ``root=None``,
+    where :func:`stiefel_mini.resources.results_path` finds them."""
     out = []
     for name in names:
-        path = root / name
-        if path.is_file():
-            out.append((name, json.loads(path.read_text())))
+        if root is None:
+            try:
+                path = results_path(name)
+            except FileNotFoundError:
+                continue
+        else:
+            path = root / "results" / name
+            if not path.is_file():
+                continue
+        out.append((name, json.loads(path.read_text())))
     return out
 
 
@@ -137,7 +129,7 @@ def _cifar_regime(settings: dict, n_train: int, n_seeds: int) -> str:
             f"{settings['lr']:g}, {n_seeds} seeds")
 
 
-def _cifar_evidence(root: Path) -> dict[str, list[tuple[str, dict | None, str]]]:
+def _cifar_evidence(root: Path | None) -> dict[str, list[tuple[str, dict | None, str]]]:
     """Per question, a list of (regime, comparison, extra) over every CIFAR file and train fraction."""
     out: dict[str, list] = {k: [] for k in ("A1-A0", "A1-A3", "A1-A4", "A1-A7", "A1-A5", "A0'-A0", "step")}
     acc = lambda r: 100 * r["test_acc"]  # noqa: E731 - percentage points
@@ -169,7 +161,7 @@ def _grokking_regime(cfg: dict, n_seeds: int) -> str:
             f"lr {cfg['lr']:g}, weight decay {cfg['weight_decay']:g}, {n_seeds} seeds")
 
 
-def _not_tested_cifar(root: Path) -> str:
+def _not_tested_cifar(root: Path | None) -> str:
     files = [res for _, res in _load(root, CIFAR_FILES)]
     patches = {res["settings"]["patch_size"] for res in files}
     n_max = max((r["n_train"] for res in files for r in res["runs"]), default=0)
@@ -184,7 +176,7 @@ def _not_tested_cifar(root: Path) -> str:
     return "Not tested: the paper's scale, " + ", ".join(missing) + "." if missing else ""
 
 
-def _not_tested_grokking(root: Path) -> str:
+def _not_tested_grokking(root: Path | None) -> str:
     files = [res for _, res in _load(root, GROKKING_FILES)]
     steps = max((res["base_config"]["steps"] for res in files), default=0)
     ps = {res["base_config"]["p"] for res in files}
@@ -196,18 +188,19 @@ def _not_tested_grokking(root: Path) -> str:
     return "Not tested: " + " and ".join(missing) + "." if missing else ""
 
 
-def claim_verdicts(root: str | Path) -> list[dict[str, Any]]:
+def claim_verdicts(root: str | Path | None = None) -> list[dict[str, Any]]:
     """One row per claim of the paper: the claim, the book's verdict, the evidence and where to read.
 
     Args:
-        root: the repository root (holding ``results/``).
+        root: a folder holding ``results/``; ``None`` (the book) reads the committed results
+            files wherever :func:`stiefel_mini.resources.results_path` finds them.
 
     Returns:
         A list of dicts with keys ``claim``, ``verdict``, ``evidence`` (list of ``(regime, text)``),
         ``not_tested`` (the scale the results did not reach, or ``""``), ``chapter`` (the chapter's
         file name without extension) and ``anchor``.
     """
-    root = Path(root)
+    root = None if root is None else Path(root)
     cif = _cifar_evidence(root)
     rows: list[dict[str, Any]] = []
     cifar_gap = _not_tested_cifar(root)
