@@ -157,6 +157,7 @@ def frame_grid_player(
     *,
     dpi: int = 80,
     width: str | None = None,
+    row_control: str = "slider",
 ):
     """Two sliders over a grid of pre-rendered frames, with no kernel needed.
 
@@ -171,6 +172,7 @@ def frame_grid_player(
         row_description, col_description: text in front of each slider.
         dpi: resolution for matplotlib frames.
         width: optional CSS width of image frames.
+        row_control: ``"slider"``, or ``"toggle"`` when the rows are categories (toggle buttons).
 
     Returns:
         ``ipywidgets.VBox([row_slider, col_slider, outer_stack])`` with ``.sliders`` and ``.stack`` set.
@@ -185,7 +187,7 @@ def frame_grid_player(
         raise ValueError("frame_grid_player: every row must have the same number of frames")
     rows = _labels(row_labels, len(grid), "frame_grid_player rows")
     cols = _labels(col_labels, n, "frame_grid_player columns")
-    row_slider = _control(rows, row_description, 0)
+    row_slider = _control(rows, row_description, 0, row_control)
     col_slider = _control(cols, col_description, 0)
     inner = [
         w.Stack(children=[_frame_widget(f, dpi=dpi, width=width) for f in row], selected_index=0)

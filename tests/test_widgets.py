@@ -204,3 +204,10 @@ def test_frame_explorer_nests_stacks_one_toggle_per_dimension():
         frame_explorer([["a", "b"]], [("m", ["x"]), ("s", [0, 1, 2])])
     with pytest.raises(ValueError, match="at least one dimension"):
         frame_explorer([], [])
+
+
+def test_frame_grid_player_toggle_rows():
+    box = frame_grid_player([["a", "b"], ["c", "d"]], row_labels=["x", "y"], row_control="toggle")
+    rows, cols = box.sliders
+    assert isinstance(rows, w.ToggleButtons) and isinstance(cols, w.SelectionSlider)
+    assert box.links[0].source == (rows, "index") and box.links[0].target == (box.stack, "selected_index")
