@@ -87,3 +87,20 @@ def test_math_and_page_fit_the_screen(visit, page, width):
     else:  # on a phone a long equation may scroll inside its own box, but never be cut off
         clipped = [e["tex"] for e in equations if not (e["fits"] or e["scrolls"])]
     assert not clipped, f"{page} at {width} px: display equations that do not fit: {clipped}"
+
+
+# Figures and widget frames as drawn at 1280 px: shown width over natural width (for an SVG figure
+# the natural width is its size in CSS px). book/matplotlibrc keeps text at >= 9 pt (12 px at natural
+# size), so a figure shown at >= 0.85 of its size has text of >= 10 px.
+FIGURES_JS = r"""() => Array.from(document.querySelectorAll('.cell_output img'))
+    .filter(img => img.checkVisibility() && img.naturalWidth > 0)
+    .map(img => ({src: img.src.split('/').pop().slice(0, 24), natural: img.naturalWidth,
+                  shown: Math.round(img.getBoundingClientRect().width)}))"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_figures_are_not_shrunk(visit, page):
+    v = visit(page)
+    figures = v.page.evaluate(FIGURES_JS)
+    small = [f for f in figures if f["shown"] < 0.85 * f["natural"]]
+    assert not small, f"{page}: figures squeezed below 85% of their size (text under 10 px): {small}"
