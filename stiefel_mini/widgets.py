@@ -333,6 +333,7 @@ def weight_decay_widget(history: dict[str, Any], *, arms: Sequence[str] = ("adam
                             col_labels=[str(snap_steps[i]) for i in cols],
                             row_description="weight decay", col_description="training step")
     box.add_class("wd-widget")
+    return box
 
 
 def frame_explorer(
