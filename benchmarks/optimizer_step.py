@@ -1,18 +1,29 @@
 """Cost of one optimizer step on a ViT-sized model, and drift off the manifold, measured side by side.
 
-    python benchmarks/optimizer_step.py                # widths 256 and 512, depth 6, 4 heads
+    python benchmarks/optimizer_step.py --threads 2    # widths 256 and 512, depth 6, 4 heads
     python benchmarks/optimizer_step.py --rounds 3 --drift-steps 1000   # a quick look
-    python benchmarks/optimizer_step.py --threads 1    # one core
+    python benchmarks/optimizer_step.py --device cuda --widths 256 512 1024 --dtype bfloat16
 
 Every optimizer steps the same parameters with the same fixed gradients. Rounds are interleaved
 (A, B, C, A, B, C, ...) so that a change in machine load hits all of them alike, and each time is
-the best round. Ratios are to ``torch.optim.AdamW`` (default foreach implementation) in the same
-run. geoopt is optional (``pip install geoopt``); without it its column is left out.
+the best round. Ratios are to ``torch.optim.AdamW`` (torch's default implementation) in the same
+run. Columns:
+
+* ``AdamW``: ``torch.optim.AdamW`` on every parameter, frames included;
+* ``StiefelAdam``: the Q/K frames in one ``stiefel=True`` group, AdamW on the rest;
+* ``POGO``: ``pogo.POGO`` with ``VectorAdam`` (pogo-torch) on the frames, AdamW on the rest;
+* ``geoopt``: ``geoopt.optim.RiemannianAdam`` with the frames on ``geoopt.Stiefel()``;
+* ``floor``: AdamW's step plus the five batched products of the frame shape that the frame rule
+  needs (``W^T G``, ``W^T M``, ``W S``, ``Y^T Y``, ``Y Z``), the arithmetic no implementation of
+  the rule can skip.
+
+POGO and geoopt are optional (``pip install -e '.[bench]'``); a missing one's column is left out.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import platform
 import time
 
@@ -36,12 +47,50 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-def make_model(width: int, depth: int, heads: int, seed: int = 0) -> nn.Module:
+def make_model(
+    width: int, depth: int, heads: int, seed: int = 0, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> nn.Module:
     torch.manual_seed(seed)
-    model = nn.Sequential(*[Block(width, heads) for _ in range(depth)])
+    model = nn.Sequential(*[Block(width, heads) for _ in range(depth)]).to(device=device, dtype=dtype)
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-2
     return model
+
+
+def frames_of(model: nn.Module) -> list[nn.Parameter]:
+    return [p for m in model.modules() if isinstance(m, StiefelSelfAttention) for p in (m.w_q, m.w_k)]
+
+
+class Combined:
+    """Two optimizers stepped as one: a frame optimizer and AdamW on the other parameters."""
+
+    def __init__(self, *opts: torch.optim.Optimizer) -> None:
+        self.opts = opts
+
+    def step(self) -> None:
+        for opt in self.opts:
+            opt.step()
+
+
+class Floor:
+    """AdamW's step plus the five batched frame-shaped products: the cost floor of the frame rule."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.adamw = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+        W = torch.cat([p.detach().reshape(-1, *p.shape[-2:]) for p in frames_of(model)])  # (B, n, p)
+        self.W, self.G = W.clone(), W.clone()
+        k = W.shape[-1]
+        self.A = W.new_empty(W.shape[0], k, k)  # (B, p, p)
+        self.Y = torch.empty_like(W)  # (B, n, p)
+
+    def step(self) -> None:
+        self.adamw.step()
+        W, G, A, Y = self.W, self.G, self.A, self.Y
+        torch.bmm(W.mT, G, out=A)  # W^T G
+        torch.bmm(W.mT, G, out=A)  # W^T M
+        torch.bmm(W, A, out=Y)  # W S
+        torch.bmm(Y.mT, Y, out=A)  # Y^T Y
+        torch.bmm(Y, A, out=Y)  # Y Z
 
 
 def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
@@ -50,6 +99,18 @@ def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
     if name == "StiefelAdam":
         return StiefelAdam(param_groups(model, weight_decay=0.1, frame_options={"lr": 1e-2}), lr=1e-3)
+    if name == "floor":
+        return Floor(model)
+    if name == "POGO":
+        from pogo import POGO
+        from pogo.base import VectorAdam
+
+        frames = frames_of(model)
+        ids = {id(p) for p in frames}
+        rest = [p for p in model.parameters() if id(p) not in ids]
+        # POGO wants row-orthonormal (batch, p, n) frames: ours are (heads, n, p) column frames.
+        pogo = POGO(frames, base_optimizer=VectorAdam(), lr=1e-2, rows=False)
+        return Combined(pogo, torch.optim.AdamW(rest, lr=1e-3, weight_decay=0.1))
     if name == "geoopt":
         import geoopt
 
@@ -72,33 +133,43 @@ def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
     raise ValueError(name)
 
 
-def time_steps(opt: torch.optim.Optimizer, steps: int) -> float:
+def sync(device: str) -> None:
+    """Wait for queued GPU work, so that wall-clock times cover it."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(opt: torch.optim.Optimizer, steps: int, device: str) -> float:
+    sync(device)
     t0 = time.perf_counter()
     for _ in range(steps):
         opt.step()
+    sync(device)
     return (time.perf_counter() - t0) / steps
 
 
-def bench_step(names: list[str], width: int, depth: int, heads: int, rounds: int, steps: int) -> dict[str, float]:
-    opts = {name: build(name, make_model(width, depth, heads)) for name in names}
+def bench_step(names: list[str], width: int, args: argparse.Namespace) -> dict[str, float]:
+    dtype = getattr(torch, args.dtype)
+    opts = {name: build(name, make_model(width, args.depth, args.heads, device=args.device, dtype=dtype))
+            for name in names}
     for opt in opts.values():  # warm-up: state allocation and first-call dispatch
-        time_steps(opt, 2)
+        time_steps(opt, 3, args.device)
     best = {name: float("inf") for name in names}
-    for _ in range(rounds):
+    for _ in range(args.rounds):
         for name, opt in opts.items():
-            best[name] = min(best[name], time_steps(opt, steps))
+            best[name] = min(best[name], time_steps(opt, args.steps, args.device))
     return best
 
 
-def drift(name: str, steps: int, width: int, heads: int) -> float:
+def drift(name: str, steps: int, width: int, heads: int, device: str) -> float:
     """Largest ``||W^T W - I||_F`` over the frames of one block after ``steps`` float32 steps."""
-    model = make_model(width, 1, heads, seed=1)
+    model = make_model(width, 1, heads, seed=1, device=device)
     opt = build(name, model)
     attn = model[0].attn
     gen = torch.Generator().manual_seed(0)
     for _ in range(steps):
         for p in (attn.w_q, attn.w_k):
-            p.grad = torch.randn(p.shape, generator=gen)
+            p.grad = torch.randn(p.shape, generator=gen).to(device)
         opt.step()
     return max(orthogonality_error(attn.w_q.data).max().item(), orthogonality_error(attn.w_k.data).max().item())
 
@@ -113,19 +184,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--drift-steps", type=int, default=10_000, help="0 skips the drift table")
     ap.add_argument("--skip-timing", action="store_true", help="only the drift table")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 
     names = ["AdamW", "StiefelAdam"]
-    try:
-        import geoopt  # noqa: F401
+    for name, module in (("POGO", "pogo"), ("geoopt", "geoopt")):
+        if importlib.util.find_spec(module) is None:
+            print(f"{module} not installed: the {name} column is left out (pip install -e '.[bench]')")
+        else:
+            names.append(name)
+    names.append("floor")
 
-        names.append("geoopt")
-    except ImportError:
-        print("geoopt not installed: its column is left out (pip install geoopt)")
-
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    where = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else (
+        f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
+    print(f"torch {torch.__version__}, {args.device} ({where}), {args.dtype}")
     if not args.skip_timing:
         timing_table(names, args)
     if args.drift_steps:
@@ -133,24 +208,27 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def timing_table(names: list[str], args: argparse.Namespace) -> None:
-    print(f"one optimizer step, depth {args.depth}, {args.heads} heads, best of {args.rounds} interleaved rounds\n")
-    print("| width | " + " | ".join(f"{n} (ms)" for n in names) + " | " + " | ".join(f"{n} / AdamW" for n in names[1:]) + " |")
-    print("|---" * (1 + 2 * len(names) - 1) + "|")
+    others = [n for n in names if n not in ("AdamW", "StiefelAdam", "floor")]
+    print(f"one optimizer step, depth {args.depth}, {args.heads} heads, best of {args.rounds} interleaved rounds "
+          f"of {args.steps} steps; ms, and in brackets the ratio to AdamW\n")
+    print("| width | " + " | ".join(names) + " | StiefelAdam / floor | "
+          + " | ".join(f"{n} / StiefelAdam" for n in others) + " |")
+    print("|---" * (1 + len(names) + 1 + len(others)) + "|")
     for width in args.widths:
-        best = bench_step(names, width, args.depth, args.heads, args.rounds, args.steps)
-        ms = " | ".join(f"{best[n] * 1e3:.2f}" for n in names)
-        ratios = " | ".join(f"{best[n] / best['AdamW']:.2f}x" for n in names[1:])
-        print(f"| {width} | {ms} | {ratios} |")
+        best = bench_step(names, width, args)
+        ms = " | ".join(f"{best[n] * 1e3:.2f} ({best[n] / best['AdamW']:.2f}x)" for n in names)
+        vs = " | ".join(f"{best[n] / best['StiefelAdam']:.2f}x" for n in others)
+        print(f"| {width} | {ms} | {best['StiefelAdam'] / best['floor']:.2f}x | {vs} |", flush=True)
 
 
 def drift_table(names: list[str], args: argparse.Namespace) -> None:
-    frame_names = [n for n in names if n != "AdamW"]
+    frame_names = [n for n in names if n not in ("AdamW", "floor")]
     print(f"\n||W^T W - I||_F after {args.drift_steps} float32 steps with random gradients "
           f"(frames {args.widths[0]} x {args.widths[0] // args.heads}, worst of {2 * args.heads}):\n")
     print("| optimizer | drift |")
     print("|---|---|")
     for name in frame_names:
-        print(f"| {name} | {drift(name, args.drift_steps, args.widths[0], args.heads):.2e} |")
+        print(f"| {name} | {drift(name, args.drift_steps, args.widths[0], args.heads, args.device):.2e} |")
 
 
 if __name__ == "__main__":

@@ -129,31 +129,31 @@ def tangent_error(W: Tensor, V: Tensor) -> Tensor:
     return torch.linalg.matrix_norm(_tangent_residual(W, V))
 
 
-def _inv_sqrt_psd(S: Tensor) -> Tensor:
-    """``S^{-1/2}`` of symmetric positive definite ``(..., p, p)`` matrices.
+def series_degree(bound: float, dtype: torch.dtype) -> int:
+    """Degree ``d`` at which the binomial series of ``(I + E)^{-1/2}`` is accurate to the unit
+    roundoff ``u`` of ``dtype`` for every ``||E||_F <= bound < 1``: the remainder is at most
+    ``bound^(d+1) / (1 - bound)``. Decided on the host from a bound, never from data.
+    """
+    if not 0.0 <= bound < 1.0:
+        raise ValueError(f"the binomial series needs a bound in [0, 1); got {bound}")
+    unit_roundoff = torch.finfo(dtype).eps / 2
+    degree = 1
+    while bound ** (degree + 1) > unit_roundoff * (1 - bound):
+        degree += 1
+    return degree
 
-    Near the identity, ``S = I + E`` with ``||E||_F <= 1/4`` (the case for ``S = I + V^T V`` after a
-    step of moderate size), the binomial series
 
-    ``(I + E)^{-1/2} = sum_k binom(-1/2, k) E^k = I - E/2 + 3E^2/8 - 5E^3/16 + ...``
+def _inv_sqrt_series(E: Tensor, degree: int) -> Tensor:
+    """``(I + E)^{-1/2}`` by the binomial series of fixed ``degree``, for symmetric ``(..., p, p)`` E.
 
-    is summed by Horner's rule up to the degree ``d`` at which the remainder, at most
-    ``||E||^(d+1) / (1 - ||E||)``, falls below the unit roundoff: matrix products only, and none
-    at all for the smallest steps. Farther from the identity a symmetric eigendecomposition is
-    used instead.
+    ``(I + E)^{-1/2} = sum_k binom(-1/2, k) E^k = I - E/2 + 3E^2/8 - 5E^3/16 + ...``, summed by
+    Horner's rule: ``degree - 1`` matrix products, no data-dependent branch, no host
+    synchronisation. Accurate when ``||E||_F`` is below the bound the degree was chosen for (see
+    :func:`series_degree`).
 
     Reference: Higham (2008), "Functions of Matrices", section 5.3 and chapter 6.
     """
-    eye = torch.eye(S.shape[-1], dtype=S.dtype, device=S.device)
-    E = S - eye
-    delta = torch.linalg.matrix_norm(E).max().item() if S.numel() else 0.0
-    if delta > 0.25:
-        evals, evecs = torch.linalg.eigh(S)
-        return (evecs * evals.rsqrt().unsqueeze(-2)) @ evecs.mT
-    unit_roundoff = torch.finfo(S.dtype).eps / 2
-    degree = 1
-    while delta ** (degree + 1) > unit_roundoff * (1 - delta):
-        degree += 1
+    eye = torch.eye(E.shape[-1], dtype=E.dtype, device=E.device)
     coeffs = [1.0]
     for k in range(1, degree + 1):
         coeffs.append(coeffs[-1] * -(2 * k - 1) / (2 * k))
@@ -161,6 +161,64 @@ def _inv_sqrt_psd(S: Tensor) -> Tensor:
     for c in reversed(coeffs[1:degree]):
         Z = E @ (Z + c * eye)
     return Z + eye
+
+
+# The series is used where ||M^T M - I||_F <= 1/4 (when no tighter bound is known).
+SERIES_BOUND = 0.25
+
+
+def polar_factor_checked(
+    M: Tensor, bound: float | None = None, precision: torch.dtype | None = None
+) -> tuple[Tensor, Tensor]:
+    """Orthogonal polar factor of tall ``(..., n, p)`` M and, per frame, whether it could be taken.
+
+    ``polar(M) = M (M^T M)^{-1/2}``. Per frame, with ``E = M^T M - I`` and ``delta = ||E||_F``:
+
+    * ``bound`` given (the caller knows ``delta <= bound``, e.g. a capped step from a frame): the
+      binomial series of the degree :func:`series_degree` gives for ``bound``; a frame with
+      ``delta > bound`` is refused (``ok`` False, its result NaN) instead of being returned wrong.
+    * ``bound=None``: the series (degree for ``delta <= 1/4``) where ``delta <= 1/4``, and the
+      polar factor ``U V^T`` of the SVD ``M = U S V^T`` elsewhere. The Gram route squares the
+      condition number of M; the SVD does not, so any full-rank M is handled to working
+      precision. Both are computed for every frame and chosen per frame with ``torch.where``.
+      A numerically rank-deficient frame (``s_min <= n u s_max``) is refused.
+
+    ``precision``: the dtype whose unit roundoff the series is summed to (default: M's; a frame
+    that will be rounded to bf16 needs fewer terms). Each frame's result depends on that frame
+    alone, and nothing is synchronised with the host, so the function compiles with
+    ``torch.compile(fullgraph=True)``.
+
+    Shapes: M ``(..., n, p)``, ``n >= p`` -> ``((..., n, p), (...))``.
+    Reference: Higham (2008), "Functions of Matrices", theorem 8.4 and chapter 6.
+    """
+    eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
+    E = M.mT @ M - eye
+    delta = torch.linalg.matrix_norm(E)  # (...)
+    if bound is not None:
+        ok = delta <= bound
+        Z = _inv_sqrt_series(E, series_degree(bound, precision or M.dtype))
+        # A refused frame is NaN: never a silently wrong frame.
+        Z = Z * torch.where(ok, 1.0, torch.nan).to(M.dtype)[..., None, None]
+        return M @ Z, ok
+    near = delta <= SERIES_BOUND
+    Z = _inv_sqrt_series(torch.where(near[..., None, None], E, 0.0), series_degree(SERIES_BOUND, precision or M.dtype))
+    finite = torch.isfinite(M).flatten(-2).all(dim=-1)
+    # The SVD raises on NaN / inf (on the host); such frames are refused below anyway.
+    U, s, Vh = torch.linalg.svd(torch.where(finite[..., None, None], M, 0.0), full_matrices=False)
+    far = U @ Vh
+    smax = s.amax(dim=-1)
+    full_rank = s.amin(dim=-1) > M.shape[-2] * torch.finfo(M.dtype).eps * smax
+    Y = torch.where(near[..., None, None], M @ Z, far)
+    ok = (near | full_rank) & torch.isfinite(delta) & finite
+    return torch.where(ok[..., None, None], Y, torch.nan), ok
+
+
+def _refuse(name: str, ok: Tensor, what: str) -> None:
+    """Raise ``ValueError`` if some frame was refused (this synchronises with the host)."""
+    if not bool(ok.all()):
+        bad = [tuple(i) for i in (~ok).nonzero().tolist()]
+        raise ValueError(f"{name}: {what} (frames at batch index {bad}); use a smaller step, or "
+                         "map the matrix to the manifold with stiefel_mini.geometry.project")
 
 
 @_tall
@@ -172,7 +230,8 @@ def polar_retraction(W: Tensor, V: Tensor) -> Tensor:
     matrix is formed from ``W + V`` itself rather than assumed to be ``I + V^T V``, so the result
     is orthonormal to working precision even when W has drifted slightly. The inverse square root
     uses a binomial series summed to working precision near the identity (matrix products only)
-    and an eigendecomposition otherwise. Second order:
+    and the SVD of ``W + V`` otherwise (see :func:`polar_factor_checked`), so any step, however
+    large, lands on the manifold; a rank-deficient ``W + V`` raises ``ValueError``. Second order:
     ``R(W, tV) = W + tV + O(t^2)`` with a second-order term normal to the manifold.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
@@ -186,33 +245,59 @@ def polar_retraction(W: Tensor, V: Tensor) -> Tensor:
 def polar_factor(M: Tensor) -> Tensor:
     """Orthogonal polar factor of a full-rank ``M``: ``M (M^T M)^{-1/2}``, the closest frame to M.
 
-    Cheap near a frame (``M^T M`` close to ``I``, see :func:`polar_retraction`); for arbitrary
-    matrices :func:`project` (through the SVD) also checks the rank.
+    Cheap near a frame (``M^T M`` close to ``I``), through the SVD elsewhere (see
+    :func:`polar_factor_checked`, which is this function without the check). Raises
+    ``ValueError`` if some M is numerically rank-deficient (this check synchronises with the host).
 
     Shapes: ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Higham (2008), "Functions of Matrices", theorem 8.4.
     """
-    return M @ _inv_sqrt_psd(M.mT @ M)
+    Y, ok = polar_factor_checked(M)
+    _refuse("polar_factor", ok, "the matrix is (numerically) rank-deficient, its polar factor is not unique")
+    return Y
 
 
 @_tall
 def qr_retraction(W: Tensor, V: Tensor) -> Tensor:
     """QR retraction: the Q factor of ``W + V`` with the sign fixed so that ``diag(R) > 0``.
 
-    ``R(W, V) = qf(W + V)``.  First order: ``R(W, tV) = W + tV + O(t^2)``.
+    ``R(W, V) = qf(W + V)``.  First order: ``R(W, tV) = W + tV + O(t^2)``. Raises ``ValueError``
+    if some ``W + V`` is (numerically) rank-deficient.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Absil et al. (2008), example 4.1.3.
     """
-    Q, R = torch.linalg.qr(W + V)
-    signs = torch.sign(torch.diagonal(R, dim1=-2, dim2=-1))
+    Y, ok = retract_checked(W, V, "qr")
+    _refuse("qr_retraction", ok, "W + V is (numerically) rank-deficient")
+    return Y
+
+
+def _qr(W: Tensor, V: Tensor) -> tuple[Tensor, Tensor]:
+    """``qf(W + V)`` with ``diag(R) > 0`` for tall inputs, and per frame whether ``W + V`` has full rank."""
+    M = W + V
+    Q, R = torch.linalg.qr(M)
+    diag = torch.diagonal(R, dim1=-2, dim2=-1)
+    signs = torch.sign(diag)
     # sign(0) = 0 would zero a column; a zero diagonal only occurs for rank-deficient input.
     signs = torch.where(signs == 0, torch.ones_like(signs), signs)
-    return Q * signs.unsqueeze(-2)
+    size = diag.abs()
+    ok = size.amin(dim=-1) > M.shape[-2] * torch.finfo(M.dtype).eps * size.amax(dim=-1)
+    return Q * signs.unsqueeze(-2), ok
 
 
 @_tall
 def cayley_retraction(W: Tensor, V: Tensor) -> Tensor:
+    """Cayley retraction (see :func:`_cayley` for the formula); raises ``ValueError`` for a step
+    it cannot take to working precision (see :func:`retract_checked`).
+
+    Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
+    """
+    Y, ok = retract_checked(W, V, "cayley")
+    _refuse("cayley_retraction", ok, "the step is too large for the Cayley map to stay on the manifold")
+    return Y
+
+
+def _cayley(W: Tensor, V: Tensor) -> Tensor:
     """Cayley retraction, solved in its low-rank form with a 2p x 2p system.
 
     With ``U = V - W (W^T V) / 2`` the skew matrix ``A = U W^T - W U^T`` satisfies ``A W = V`` for
@@ -253,6 +338,17 @@ def _solve(A: Tensor, B: Tensor) -> Tensor:
 
 @_tall
 def exp_retraction(W: Tensor, V: Tensor) -> Tensor:
+    """Exponential map (see :func:`_exp` for the formula); raises ``ValueError`` for a step it
+    cannot take to working precision (see :func:`retract_checked`).
+
+    Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
+    """
+    Y, ok = retract_checked(W, V, "exp")
+    _refuse("exp_retraction", ok, "the step is too large for the exponential map to stay on the manifold")
+    return Y
+
+
+def _exp(W: Tensor, V: Tensor) -> Tensor:
     """Riemannian exponential map of the embedded (Euclidean) metric.
 
     With ``A = W^T V`` (skew for tangent V) and ``S = V^T V``,
@@ -273,6 +369,44 @@ def exp_retraction(W: Tensor, V: Tensor) -> Tensor:
     block = torch.cat([torch.cat([A, -S], dim=-1), torch.cat([eye, A], dim=-1)], dim=-2)  # (..., 2p, 2p)
     E = torch.linalg.matrix_exp(block)[..., :, :p] @ torch.linalg.matrix_exp(-A)  # (..., 2p, p)
     return torch.cat([W, V], dim=-1) @ E
+
+
+
+
+def retract_checked(W: Tensor, V: Tensor, method: str, bound: float | None = None) -> tuple[Tensor, Tensor]:
+    """Retract tall frames and say per frame whether the step could be taken; no host sync.
+
+    Returns ``(R(W, V), ok)`` with ``ok`` of shape ``(...)``; a refused frame's result is NaN.
+
+    * ``"polar"``: :func:`polar_factor_checked` of ``W + V`` (``bound`` is passed on); refused
+      only if ``W + V`` is rank-deficient (or exceeds a given bound).
+    * ``"qr"``: refused if ``W + V`` is rank-deficient.
+    * ``"cayley"``, ``"exp"``: these apply an orthogonal map to W, so they keep the error W has
+      and do not repair a frame that was moved off the manifold. A step that adds more than
+      ``sqrt(u)`` to ``||W^T W - I||_F`` (``u`` the unit roundoff: 2.4e-4 in float32, 1e-8 in
+      float64; a huge step, where the 2p x 2p solve or the matrix exponential loses accuracy) is
+      refused.
+
+    Shapes: W, V ``(..., n, p)``, ``n >= p`` -> ``((..., n, p), (...))``.
+    """
+    if method == "polar":
+        return polar_factor_checked(W + V, bound)
+    if method == "qr":
+        Y, ok = _qr(W, V)
+    elif method in ("cayley", "exp"):
+        Y = _cayley(W, V) if method == "cayley" else _exp(W, V)
+        u = torch.finfo(W.dtype).eps / 2
+        before, after = _orthogonality_error_tall(W), _orthogonality_error_tall(Y)
+        ok = after <= before + u**0.5
+    else:
+        raise ValueError(f"unknown retraction {method!r}; choose one of {sorted(RETRACTIONS)}")
+    ok = ok & torch.isfinite(Y).flatten(-2).all(dim=-1)
+    return torch.where(ok[..., None, None], Y, torch.nan), ok
+
+
+def _orthogonality_error_tall(W: Tensor) -> Tensor:
+    eye = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device)
+    return torch.linalg.matrix_norm(W.mT @ W - eye)
 
 
 RETRACTIONS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
@@ -304,12 +438,17 @@ def project(A: Tensor, *, rtol: float | None = None) -> Tensor:
     ``project(A) = argmin_{W in St} ||W - A||_F = A (A^T A)^{-1/2}``.  Raises ``ValueError`` if some
     matrix is (numerically) rank-deficient, because its closest frame is then not unique.
 
+    bf16 / fp16 matrices are handled in float32 and the result cast back.
+
     Shapes: ``(..., r, c)`` -> ``(..., r, c)``, orientation rule as everywhere.
     Reference: Higham (2008), "Functions of Matrices", theorem 8.4.
     """
     if A.dim() < 2:
         raise ValueError(f"project expects (..., r, c) matrices; got shape {tuple(A.shape)}")
-    U, s, Vh = torch.linalg.svd(A, full_matrices=False)
+    if A.numel() == 0:
+        raise ValueError(f"project needs non-empty matrices; got shape {tuple(A.shape)}")
+    work = torch.promote_types(A.dtype, torch.float32)  # the SVD has no bf16 / fp16 kernels
+    U, s, Vh = torch.linalg.svd(A.to(work), full_matrices=False)
     if rtol is None:
         rtol = max(A.shape[-2:]) * torch.finfo(s.dtype).eps
     smax = s.amax(dim=-1, keepdim=True)
@@ -318,7 +457,7 @@ def project(A: Tensor, *, rtol: float | None = None) -> Tensor:
             "project needs full-rank matrices: some matrix has a (numerically) zero singular "
             "value, so its closest frame is not unique; perturb it or start from random_stiefel"
         )
-    return U @ Vh
+    return (U @ Vh).to(A.dtype)
 
 
 def random_stiefel(
@@ -330,7 +469,8 @@ def random_stiefel(
     """A Haar-distributed random frame of shape ``(..., r, c)``.
 
     ``W = qf(X)`` for Gaussian X with the sign of ``diag(R)`` fixed, which makes the law
-    invariant under ``W -> Q W`` for every orthogonal Q.
+    invariant under ``W -> Q W`` for every orthogonal Q. bf16 / fp16 frames are drawn in float32
+    and rounded.
 
     Reference: Mezzadri (2007), "How to generate random matrices from the classical compact groups".
     """
@@ -340,8 +480,11 @@ def random_stiefel(
         raise ValueError(f"random_stiefel needs a shape (..., r, c); got {shape}")
     r, c = shape[-2:]
     tall = (*shape[:-2], max(r, c), min(r, c))
-    X = torch.randn(tall, generator=generator, dtype=dtype, device=device)
-    W = qr_retraction(torch.zeros_like(X), X)
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    work = torch.promote_types(dtype, torch.float32)  # QR has no bf16 / fp16 kernels
+    X = torch.randn(tall, generator=generator, dtype=work, device=device)
+    W, _ = _qr(torch.zeros_like(X), X)
+    W = W.to(dtype)
     return W.mT.contiguous() if r < c else W
 
 

@@ -10,7 +10,16 @@ import torch
 from torch import Tensor
 from torch.optim.adam import adam as _adam_functional
 
-from .geometry import RETRACTIONS, canonical_gradient, is_wide, polar_factor, project_tangent, retract, sym
+from .geometry import (
+    RETRACTIONS,
+    SERIES_BOUND,
+    canonical_gradient,
+    is_wide,
+    polar_factor_checked,
+    project_tangent,
+    retract_checked,
+    sym,
+)
 
 __all__ = ["StiefelAdam", "stiefel_adam_frame_update", "SECOND_MOMENTS", "PROJECTORS"]
 
@@ -21,41 +30,14 @@ PROJECTORS = ("euclidean", "canonical", "none")
 _GROUP_EXTRA_KEYS = frozenset({"params", "param_names", "initial_lr", "name"})
 
 
-def first_moment_update(
-    W: Tensor, G: Tensor, m: Tensor, beta1: float, projector: str, mode: str
-) -> tuple[Tensor, Tensor]:
-    r"""Transport the first moment to ``T_W``, update it, and return the second-moment sample.
-
-    ``m <- beta1 P_W(m) + (1 - beta1) xi`` with ``xi`` the projected gradient. ``m`` was formed at
-    the previous point; re-projecting it at W is its transport. For the Euclidean projector the two
-    projections merge, because ``P_W`` is linear: ``m <- P_W(beta1 m + (1 - beta1) G)``, and the
-    second-moment sample follows from ``A = W^T G`` alone, since ``||P_W(G)||_F^2 = ||G||_F^2 -
-    ||sym(A)||_F^2`` (and column-wise ``||xi_j||^2 = ||G_j||^2 - 2 <A_j, S_j> + ||S_j||^2`` with
-    ``S = sym(A)``), so ``xi`` is never formed unless the per-element moment needs it.
-
-    ``m`` is updated in place. Shapes: W, G, m ``(B, n, p)``; returns ``(m, sample)`` with the
-    sample shaped as :func:`second_moment_sample` returns it.
-    """
-    if projector == "none":
-        return m.mul_(beta1).add_(G, alpha=1 - beta1), second_moment_sample(G, mode)
-    if projector == "canonical":
-        xi = canonical_gradient(W, G)
-        m = project_tangent(W, m).mul_(beta1).add_(xi, alpha=1 - beta1)
-        return m, second_moment_sample(xi, mode)
-    n, p = W.shape[-2:]
-    A = W.mT @ G  # (B, p, p)
-    S = sym(A)
-    m.mul_(beta1).add_(G, alpha=1 - beta1)
-    m.baddbmm_(W, sym(W.mT @ m), alpha=-1.0)  # m <- P_W(m), in place
-    if mode == "frame":
-        sample = G.square().sum(dim=(-2, -1), keepdim=True) - S.square().sum(dim=(-2, -1), keepdim=True)
-    elif mode == "column":
-        col = G.square().sum(dim=-2, keepdim=True) - 2 * (A * S).sum(dim=-2, keepdim=True)
-        sample = p * (col + S.square().sum(dim=-2, keepdim=True))
-    else:
-        return m, second_moment_sample(G - W @ S, mode)
-    # The identity subtracts nearly equal numbers when G is almost normal to the manifold.
-    return m, sample.clamp_min(0.0)
+# Relative floor of the second moment, in unit roundoffs u of the compute dtype: v also averages
+# (tau ||sym(W^T G)||_F)^2 with tau^2 = _NORMAL_FLOOR * u. The normal part of G is removed only
+# to about u ||G|| (W^T W = I holds to rounding), and Adam would blow that remainder up to a full
+# step; with the floor a gradient normal to the manifold moves the frame by about lr sqrt(u / tau^2).
+_NORMAL_FLOOR = 64.0
+# Capped polar steps: ||(W + S)^T (W + S) - I||_F <= max_step^2 + this, for frames on the
+# manifold to this accuracy (the first-step check admits max |W^T W - I| <= 1e-4 per entry).
+_FRAME_MARGIN = 0.02
 
 
 def second_moment_sample(xi: Tensor, mode: str) -> Tensor:
@@ -64,27 +46,18 @@ def second_moment_sample(xi: Tensor, mode: str) -> Tensor:
     S is the whole frame (``"frame"``: ``||xi||_F^2``, one scalar), one column (``"column"``:
     ``p ||xi_j||^2``) or one element (``"element"``: ``n p xi_ij^2``). The factor ``n p`` makes the
     Adam direction ``m / sqrt(v)`` have Frobenius norm about 1 in every mode, so ``lr`` is the
-    Frobenius length of a step whichever mode is chosen.
+    Frobenius length of a step whichever mode is chosen. Computed in float64, where the squares
+    of any float32 gradient are finite.
 
-    Shapes: xi ``(B, n, p)`` -> ``(B, 1, 1)``, ``(B, 1, p)`` or ``(B, n, p)``.
+    Shapes: xi ``(B, n, p)`` -> ``(B, 1, 1)``, ``(B, 1, p)`` or ``(B, n, p)``, float64.
     """
     n, p = xi.shape[-2:]
-    sq = xi * xi
+    sq = xi.to(torch.float64).square()
     if mode == "frame":
         return sq.sum(dim=(-2, -1), keepdim=True)
     if mode == "column":
         return p * sq.sum(dim=-2, keepdim=True)
     return (n * p) * sq
-
-
-def cap_step(step: Tensor, max_step: float | None) -> Tensor:
-    """Trust-region cap: rescale each frame's step so that ``||step||_F <= max_step``.
-
-    ``step <- step * min(1, max_step / ||step||_F)``.  Shapes: ``(B, n, p)`` -> ``(B, n, p)``.
-    """
-    if max_step is None:
-        return step
-    return step * cap_factor(torch.linalg.matrix_norm(step, keepdim=True), max_step)
 
 
 def cap_factor(length: Tensor, max_step: float) -> Tensor:
@@ -112,19 +85,21 @@ def stiefel_adam_frame_update(
 
     A pure function: it reads its arguments, changes none of them, and returns the new frames and
     the new state. :class:`StiefelAdam` only stacks the frames of a param group into such batches
-    and writes the results back.
+    and writes the results back. It has no data-dependent Python branch and no host
+    synchronisation, so it compiles with ``torch.compile(fullgraph=True)``; every frame's result
+    depends on that frame's inputs alone.
 
     For each frame ``W`` (tall, ``n x p``, ``n >= p``) with Euclidean gradient ``G``, first moment
     ``m`` (formed at the previous frame), second moment ``v`` and step count ``t`` (this step's,
-    starting at 1):
+    starting at 1), with ``N = sym(W^T G)``:
 
     .. math::
-        \xi &= P_W(G) = G - W\,\mathrm{sym}(W^\top G)
+        \xi &= P_W(G) = G - W N
             && \text{Riemannian gradient (``projector="euclidean"``)} \\
         \tilde m &= P_W(m)
             && \text{transport of } m \text{ to } T_W \text{ by re-projection} \\
         m' &= \beta_1 \tilde m + (1-\beta_1)\,\xi \\
-        v' &= \beta_2 v + (1-\beta_2)\, \lVert \xi \rVert_F^2
+        v' &= \beta_2 v + (1-\beta_2)\, \big(\lVert \xi \rVert_F^2 + \tau^2 \lVert N \rVert_F^2\big)
             && \text{one scalar per frame (``second_moment="frame"``)} \\
         D &= \frac{m' / (1-\beta_1^t)}{\sqrt{v' / (1-\beta_2^t)} + \epsilon}
             && \text{bias-corrected Adam direction, } \lVert D \rVert_F \approx 1 \\
@@ -133,31 +108,53 @@ def stiefel_adam_frame_update(
         W' &= \mathrm{polar}(W + S) = (W + S)\big((W + S)^\top (W + S)\big)^{-1/2}
             && \text{retraction (``retraction="polar"``)}
 
-    For the Euclidean projector the two projections merge, because ``P_W`` is linear:
-    ``m' = P_W(beta1 m + (1 - beta1) G)``, and ``||xi||_F^2 = ||G||_F^2 - ||sym(W^T G)||_F^2``.
-    ``m'`` is returned as formed at ``W``; the next call transports it to ``T_{W'}``.
+    How it is computed:
+
+    * The two projections merge, because ``P_W`` is linear:
+      ``m' = P_W(beta1 m + (1 - beta1) G)``, and ``||xi||_F^2 = ||G||_F^2 - ||N||_F^2``, so for the
+      default options a step costs five ``n x p x p`` products (``W^T G``, ``W^T m``, ``W N'``,
+      ``(W + S)^T (W + S)``, ``(W + S) Z``) and a few elementwise passes.
+    * ``v`` is kept in float64 and its samples are summed in float64, so the step is the same for
+      float32 gradients of any scale from 1e-30 to 1e30 (up to ``eps``).
+    * The floor ``tau^2 = 64 u`` (``u`` the unit roundoff of the compute dtype: 3.8e-6 in float32,
+      7e-15 in float64) is rounding insurance: the normal part ``W N`` of G is removed only to
+      about ``u ||G||``, and without the floor Adam would blow that remainder up to a full step. With
+      it a gradient normal to the manifold moves a float32 frame by about ``4e-3 lr`` at most. It
+      changes ``v`` by a relative ``tau^2 ||N||^2 / ||xi||^2`` otherwise.
+    * Polar retraction: ``(W + S)^T (W + S) = I + E`` with ``||E||_F <= max_step^2`` up to the
+      frame's own error, so ``(I + E)^{-1/2}`` is a binomial series of a degree fixed by
+      ``max_step`` (see :func:`stiefel_mini.geometry.polar_factor_checked`); with ``max_step=None``
+      (or above 0.47) frames far from the identity use the SVD of ``W + S`` instead, chosen per
+      frame on the device.
+    * A frame whose gradient is not finite, or whose step the retraction refuses (a rank-deficient
+      ``W + S``; a frame moved off the manifold by more than 0.02 in ``||W^T W - I||_F`` under the
+      cap; a Cayley or exponential step too large to take accurately), comes back NaN. The
+      function never raises on data; :class:`StiefelAdam` checks first and raises instead.
 
     Options (as in :class:`StiefelAdam`):
 
     * ``second_moment``: ``"frame"`` (above), ``"column"`` (``v_j`` averages ``p ||xi_j||^2``) or
-      ``"element"`` (``n p xi_ij^2``); for the last two ``D`` is projected onto ``T_W`` again,
-      since an uneven rescaling leaves the tangent space.
+      ``"element"`` (``n p xi_ij^2``); the floor is applied the same way to ``W N``. For the last
+      two ``D`` is projected onto ``T_W`` again, since an uneven rescaling leaves the tangent space.
     * ``projector``: ``"euclidean"`` (``P_W``), ``"canonical"`` (``xi = G - W G^T W``, ``m`` still
-      transported by ``P_W``) or ``"none"`` (``xi = G``, no transport).
+      transported by ``P_W``) or ``"none"`` (``xi = G``, no transport, no floor).
     * ``retraction``: ``"polar"``, ``"qr"``, ``"cayley"`` or ``"exp"``
       (:data:`stiefel_mini.geometry.RETRACTIONS`).
     * ``max_step``: ``delta`` in Frobenius norm, or ``None`` for no cap.
 
     Args:
-        W: frames ``(B, n, p)``, ``n >= p``, on the manifold.
+        W: frames ``(B, n, p)``, ``n >= p``, on the manifold; bf16 / fp16 frames are updated in
+            float32 and the result is rounded back.
         G: Euclidean gradients ``(B, n, p)``.
-        exp_avg: first moments ``m`` ``(B, n, p)`` (zeros at the first step).
+        exp_avg: first moments ``m`` ``(B, n, p)`` in the compute dtype (at least float32; zeros at
+            the first step).
         exp_avg_sq: second moments ``v``: ``(B, 1, 1)`` (frame), ``(B, 1, p)`` (column) or
-            ``(B, n, p)`` (element), zeros at the first step.
+            ``(B, n, p)`` (element), float64, zeros at the first step.
         step: this step's count ``t >= 1``, a number or a tensor broadcastable to ``(B, 1, 1)``.
-        lr, beta1, beta2, eps, max_step, second_moment, projector, retraction: as in
-            :class:`StiefelAdam` (defaults: ``beta1=0.9``, ``beta2=0.999``, ``eps=1e-8``,
-            ``max_step=0.1``, ``"frame"``, ``"euclidean"``, ``"polar"``).
+        lr: the learning rate ``gamma``.
+        beta1, beta2, eps, max_step, second_moment, projector, retraction: as in
+            :class:`StiefelAdam` (defaults: ``0.9``, ``0.999``, ``1e-8``, ``0.1``, ``"frame"``,
+            ``"euclidean"``, ``"polar"``).
 
     Returns:
         ``(W', m', v')``, shaped as ``W``, ``exp_avg`` and ``exp_avg_sq``.
@@ -166,30 +163,92 @@ def stiefel_adam_frame_update(
     methods"; Absil, Mahony, Sepulchre (2008), section 8.1 (transport by projection); Guerrero,
     "Stiefel Attention" (arXiv 2609.19363) for the per-frame second moment and the trust cap.
     """
-    bias1 = 1 - beta1**step
-    bias2_sqrt = (1 - beta2**step) ** 0.5
-    m, xi_sq = first_moment_update(W, G, exp_avg.clone(), beta1, projector, second_moment)
-    v = exp_avg_sq * beta2 + xi_sq * (1 - beta2)
-    denom = v.sqrt() / bias2_sqrt + eps
-    if second_moment == "frame":
-        # D = m / (bias1 * denom) is m times one scalar per frame: it stays tangent, and the
-        # capped step is that scalar times m, one pass over the frame.
-        coef = lr / (bias1 * denom)  # (B, 1, 1)
-        if max_step is not None:
-            length = coef * torch.linalg.matrix_norm(m, keepdim=True)
-            coef = coef * cap_factor(length, max_step)
-        S = m * -coef
+    W_new, m, v, _ = frame_update_checked(
+        W, G, exp_avg, exp_avg_sq, step, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+        max_step=max_step, second_moment=second_moment, projector=projector, retraction=retraction,
+    )
+    return W_new, m, v
+
+
+def frame_update_checked(
+    W: Tensor,
+    G: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    step: Tensor | float,
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    max_step: float | None,
+    second_moment: str,
+    projector: str,
+    retraction: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`stiefel_adam_frame_update`, plus ``ok`` ``(B,)``: per frame, whether the gradient was
+    finite and the retraction took the step (the frame is NaN where not)."""
+    f64 = torch.float64
+    store = W.dtype
+    dtype = _compute_dtype(store)
+    W, G = W.to(dtype), G.to(dtype)
+    t = torch.as_tensor(step, dtype=f64, device=W.device)
+    bias1 = 1 - beta1**t
+    bias2 = 1 - beta2**t
+    tau2 = _NORMAL_FLOOR * torch.finfo(dtype).eps / 2
+
+    if second_moment == "frame" and projector == "euclidean":
+        Sg = sym(W.mT @ G)  # N, (B, p, p)
+        Su = sym(W.mT @ exp_avg).mul_(beta1).add_(Sg, alpha=1 - beta1)  # sym(W^T u), (B, p, p)
+        m = torch.lerp(exp_avg, G, 1 - beta1).baddbmm_(W, Su, alpha=-1.0)  # P_W(beta1 m + (1-beta1) G)
+        g_sq = torch.linalg.vector_norm(G, dim=(-2, -1), keepdim=True, dtype=f64).square()
+        n_sq = Sg.to(f64).square().sum(dim=(-2, -1), keepdim=True)
+        sample = (g_sq - n_sq).clamp_min(0.0) + tau2 * n_sq  # ||xi||^2 + tau^2 ||N||^2, (B, 1, 1)
+        finite = torch.isfinite(g_sq).view(-1)
     else:
-        D = (m / bias1) / denom
+        if projector == "none":
+            xi, m_t, normal = G, exp_avg, None
+        else:
+            normal = W @ sym(W.mT @ G)  # W N, (B, n, p)
+            xi = G - normal if projector == "euclidean" else canonical_gradient(W, G)
+            m_t = project_tangent(W, exp_avg)
+        m = torch.lerp(m_t, xi, 1 - beta1)
+        sample = second_moment_sample(xi, second_moment)
+        if normal is not None:
+            sample = sample + tau2 * second_moment_sample(normal, second_moment)
+        finite = torch.isfinite(sample).flatten(1).all(dim=1)
+    v = exp_avg_sq * beta2 + sample * (1 - beta2)
+    scale = 1 / (bias1 * ((v / bias2).sqrt() + eps))  # D = m * scale, float64
+    M = None  # W + S, when formed directly
+    if second_moment == "frame":
+        # D is m times one scalar per frame: it stays tangent, and the capped step is that
+        # scalar times m, one pass over the frame.
+        coef = lr * scale  # (B, 1, 1)
+        if max_step is not None:
+            length = coef * torch.linalg.vector_norm(m, dim=(-2, -1), keepdim=True, dtype=f64)
+            coef = coef * cap_factor(length, max_step)
+        S = m * (-coef).to(dtype) if retraction != "polar" else None
+        M = torch.addcmul(W, m, (-coef).to(dtype)) if S is None else None  # W + S
+    else:
+        D = m * scale.to(dtype)
         if projector != "none":
             # Uneven rescaling leaves the tangent space; a per-frame scalar does not.
             D = project_tangent(W, D)
-        S = cap_step(-lr * D, max_step)
+        S = -lr * D
+        if max_step is not None:
+            S = S * cap_factor(torch.linalg.matrix_norm(S, keepdim=True), max_step)
     if retraction == "polar":
-        W_new = polar_factor(S.add_(W))  # the step buffer becomes W + S
+        # ||(W + S)^T (W + S) - I||_F <= ||S||^2 for a tangent S, 2 ||S|| + ||S||^2 for any S,
+        # plus the frame's own error (16-bit frames carry errors of about 1e-2: the widest bound).
+        bound = None
+        if max_step is not None:
+            reach = max_step**2 + (2 * max_step if projector == "none" else 0.0) + _FRAME_MARGIN
+            if reach <= SERIES_BOUND:
+                bound = reach if dtype == store else SERIES_BOUND
+        W_new, ok = polar_factor_checked(W + S if M is None else M, bound)
     else:
-        W_new = retract(W, S, retraction)
-    return W_new, m, v
+        W_new, ok = retract_checked(W, S, retraction)
+    return W_new.to(store), m, v, ok & finite
 
 
 def _to_tall(t: Tensor, wide: bool) -> Tensor:
@@ -345,34 +404,69 @@ class StiefelAdam(torch.optim.Optimizer):
         super().add_param_group(param_group)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load optimizer state as ``torch.optim.Optimizer`` does, keeping frame state in its precision.
+        """Load optimizer state as ``torch.optim.Optimizer`` does, with two additions.
 
-        ``Optimizer.load_state_dict`` casts floating state to each parameter's dtype; the state of a
-        bf16 / fp16 frame is kept in float32 (see the class docstring), so it is restored from the
-        saved tensors in that precision instead.
+        * A saved group that lacks some of this optimizer's keys (for example one saved by
+          ``torch.optim.AdamW``, which has no ``stiefel``) takes them from the group it is loaded
+          into, that is from the constructor's defaults and the group's own options.
+        * ``Optimizer.load_state_dict`` casts floating state to each parameter's dtype; a frame's
+          state is kept in its own precision instead (``exp_avg`` at least float32,
+          ``exp_avg_sq`` float64, see the class docstring). A frame whose saved ``exp_avg_sq``
+          does not have this group's shape (state of another optimizer or another
+          ``second_moment``) raises ``ValueError``.
         """
         saved = state_dict["state"]
-        saved_ids = [pid for g in state_dict["param_groups"] for pid in g["params"]]
-        super().load_state_dict(state_dict)
-        params = [(p, g["stiefel"]) for g in self.param_groups for p in g["params"]]
-        for pid, (p, is_frame) in zip(saved_ids, params):
-            if is_frame and pid in saved:
-                for key in ("exp_avg", "exp_avg_sq"):
-                    self.state[p][key] = saved[pid][key].to(
-                        dtype=_compute_dtype(p.dtype), device=p.device, copy=True
+        groups = [
+            {**{k: v for k, v in own.items() if k != "params"}, **g}
+            for own, g in zip(self.param_groups, state_dict["param_groups"])
+        ]
+        state_dict = {**state_dict, "param_groups": groups + state_dict["param_groups"][len(groups):]}
+        pairs = [  # (saved id, own parameter, own group), in the order Optimizer.load_state_dict uses
+            (pid, p, own)
+            for own, g in zip(self.param_groups, groups)
+            for pid, p in zip(g["params"], own["params"])
+        ]
+        for pid, p, own in pairs:
+            if own["stiefel"] and pid in saved and "exp_avg_sq" in saved[pid]:
+                want = _v_state_shape(p, own["second_moment"])
+                got = tuple(saved[pid]["exp_avg_sq"].shape)
+                if got != want:
+                    raise ValueError(
+                        f"the saved state of a frame of shape {tuple(p.shape)} has exp_avg_sq of shape "
+                        f"{got}, but second_moment={own['second_moment']!r} keeps {want}: it was saved by "
+                        "another optimizer or with another second_moment; load it into that, or drop "
+                        "this parameter's entry from state_dict['state'] to start its moments afresh"
                     )
+        super().load_state_dict(state_dict)
+        for pid, p, own in pairs:
+            if own["stiefel"] and pid in saved:
+                for key, dtype in (("exp_avg", _compute_dtype(p.dtype)), ("exp_avg_sq", torch.float64)):
+                    self.state[p][key] = saved[pid][key].to(dtype=dtype, device=p.device, copy=True)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        """Perform one optimization step. ``closure`` re-evaluates the model and returns the loss."""
+        """Perform one optimization step. ``closure`` re-evaluates the model and returns the loss.
+
+        The frame updates are computed first and checked together (one host synchronisation per
+        step): if a frame's gradient is not finite, or its retraction refuses the step,
+        ``ValueError`` names the parameter and its group, and no parameter and no state has changed.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        updates = [
+            u
+            for i, group in enumerate(self.param_groups)
+            if group["stiefel"]
+            for u in self._frame_updates(i, group)
+        ]
+        if updates and not bool(torch.cat([u.ok for u in updates]).all()):
+            raise _diagnose(next(u for u in updates if not bool(u.ok.all())))
+        for u in updates:
+            u.commit()
         for group in self.param_groups:
-            if group["stiefel"]:
-                self._frame_group_step(group)
-            else:
+            if not group["stiefel"]:
                 self._adamw_group_step(group)
         return loss
 
@@ -416,7 +510,7 @@ class StiefelAdam(torch.optim.Optimizer):
             maximize=False,
         )
 
-    def _frame_group_step(self, group: dict[str, Any]) -> None:
+    def _frame_updates(self, index: int, group: dict[str, Any]) -> list[_BucketUpdate]:
         # Frames of one tall shape are stacked into one batch so that each formula is one call.
         buckets: dict[tuple, list[Tensor]] = defaultdict(list)
         for p in group["params"]:
@@ -428,40 +522,35 @@ class StiefelAdam(torch.optim.Optimizer):
                     "gradient (e.g. nn.Embedding(sparse=False))"
                 )
             _check_frame_tensor(p)
+            if p.numel() == 0:
+                continue  # no frames in it (a zero batch size): nothing to update, no state
             state = self.state[p]
             if len(state) == 0:
                 _init_frame_state(state, p, group["second_moment"])
-            buckets[(*sorted(p.shape[-2:]), p.device, _compute_dtype(p.dtype))].append(p)
-        for ps in buckets.values():
-            self._frame_bucket_step(group, ps)
+            buckets[(*sorted(p.shape[-2:]), p.device, p.dtype)].append(p)
+        return [self._bucket_update(index, group, ps) for ps in buckets.values()]
 
-    def _frame_bucket_step(self, group: dict[str, Any], ps: list[Tensor]) -> None:
-        # Bookkeeping only: stack the bucket into tall batches, call the rule, write the results back.
+    def _bucket_update(self, index: int, group: dict[str, Any], ps: list[Tensor]) -> _BucketUpdate:
+        # Bookkeeping only: stack the bucket into tall batches and call the rule.
         beta1, beta2 = group["betas"]
         states = [self.state[p] for p in ps]
         wides = [is_wide(p) for p in ps]
         counts = [p.shape[:-2].numel() for p in ps]
 
-        # bf16 / fp16 frames are updated in float32; float32 and float64 in their own precision.
-        dtype = _compute_dtype(ps[0].dtype)
-
         def batch(ts: Iterable[Tensor]) -> Tensor:  # per-parameter tensors -> (B, ., .)
-            return torch.cat([_to_tall(t.to(dtype), w) for t, w in zip(ts, wides)])
+            return torch.cat([_to_tall(t, w) for t, w in zip(ts, wides)])
 
-        W = batch(ps)  # (B, n, k)
-        G = batch(p.grad for p in ps)  # (B, n, k)
-        m = batch(s["exp_avg"] for s in states)  # (B, n, k)
-        v = batch(s["exp_avg_sq"] for s in states)  # (B, 1, 1), (B, 1, k) or (B, n, k)
-
-        for s in states:
-            s["step"] += 1
-        step_t = torch.cat([s["step"].expand(c) for s, c in zip(states, counts)]).to(dtype).view(-1, 1, 1)
-        W_new, m, v = stiefel_adam_frame_update(
-            W,
-            G,
-            m,
-            v,
-            step_t,
+        steps = [float(s["step"]) + 1 for s in states]
+        step: Tensor | float = steps[0]
+        if len(set(steps)) > 1:  # parameters added at different times: a count per frame
+            step = torch.tensor(steps, dtype=torch.float64).repeat_interleave(torch.tensor(counts))
+            step = step.to(ps[0].device).view(-1, 1, 1)
+        W_new, m, v, ok = frame_update_checked(
+            batch(ps),  # (B, n, k)
+            batch(p.grad for p in ps),  # (B, n, k)
+            batch(s["exp_avg"] for s in states),  # (B, n, k)
+            batch(s["exp_avg_sq"] for s in states),  # (B, 1, 1), (B, 1, k) or (B, n, k)
+            step,
             lr=group["lr"],
             beta1=beta1,
             beta2=beta2,
@@ -471,17 +560,56 @@ class StiefelAdam(torch.optim.Optimizer):
             projector=group["projector"],
             retraction=group["retraction"],
         )
-        for p, s, w, Wi, mi, vi in zip(
-            ps, states, wides, W_new.split(counts), m.split(counts), v.split(counts)
-        ):
+        return _BucketUpdate(index, ps, states, wides, counts, W_new, m, v, ok)
+
+
+class _BucketUpdate:
+    """A computed, not yet applied, update of one bucket of frames; ``commit`` writes it back."""
+
+    def __init__(self, group_index, ps, states, wides, counts, W_new, m, v, ok) -> None:
+        self.group_index, self.ps, self.states, self.wides, self.counts = group_index, ps, states, wides, counts
+        self.W_new, self.m, self.v, self.ok = W_new, m, v, ok
+
+    def commit(self) -> None:
+        splits = zip(self.W_new.split(self.counts), self.m.split(self.counts), self.v.split(self.counts))
+        for p, s, w, (Wi, mi, vi) in zip(self.ps, self.states, self.wides, splits):
             p.copy_(_from_tall(Wi, p.shape, w))
             s["exp_avg"].copy_(_from_tall(mi, p.shape, w))
             s["exp_avg_sq"].copy_(_from_tall(vi, s["exp_avg_sq"].shape, w))
+            s["step"] += 1
+
+
+def _diagnose(u: _BucketUpdate) -> ValueError:
+    """The error for a bucket with a refused frame: which parameter, which group, and why."""
+    for p, ok in zip(u.ps, u.ok.split(u.counts)):
+        if bool(ok.all()):
+            continue
+        where = f"a frame of shape {tuple(p.shape)} in param group {u.group_index}"
+        if not bool(torch.isfinite(p.grad).all()):
+            return ValueError(
+                f"{where} has a non-finite gradient (NaN or inf); no parameter or state was changed. "
+                "Find where it comes from (e.g. with torch.autograd.detect_anomaly), or skip the "
+                "step or zero that gradient before calling step()"
+            )
+        return ValueError(
+            f"{where}: the retraction cannot take this step (W + step is rank-deficient, the frame "
+            "was moved off the manifold, e.g. edited in place, or a Cayley / exponential step is too "
+            "large to take accurately); no parameter or state was changed. Map the frame back with "
+            "stiefel_mini.geometry.project, or use a smaller lr or max_step"
+        )
+    raise AssertionError("_diagnose called on a bucket whose frames were all accepted")
 
 
 def _v_shape(mode: str, n: int, k: int) -> tuple[int, int]:
     """Trailing shape of the second moment of one tall ``n x k`` frame."""
     return {"frame": (1, 1), "column": (1, k), "element": (n, k)}[mode]
+
+
+def _v_state_shape(p: Tensor, mode: str) -> tuple[int, ...]:
+    """Shape of the second moment of a frame parameter ``p`` (in p's own orientation)."""
+    n, k = sorted(p.shape[-2:], reverse=True)
+    a, b = _v_shape(mode, n, k)
+    return (*p.shape[:-2], b, a) if is_wide(p) else (*p.shape[:-2], a, b)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -502,12 +630,9 @@ def _init_frame_state(state: dict[str, Any], p: Tensor, mode: str) -> None:
             "stiefel_mini.geometry.random_stiefel or map it there with "
             "stiefel_mini.geometry.project before the first step"
         )
-    n, k = sorted(p.shape[-2:], reverse=True)
-    a, b = _v_shape(mode, n, k)
-    v_shape = (*p.shape[:-2], b, a) if is_wide(p) else (*p.shape[:-2], a, b)
     state["step"] = torch.tensor(0.0, dtype=torch.float32)
     state["exp_avg"] = torch.zeros(p.shape, dtype=dtype, device=p.device)
-    state["exp_avg_sq"] = torch.zeros(v_shape, dtype=dtype, device=p.device)
+    state["exp_avg_sq"] = torch.zeros(_v_state_shape(p, mode), dtype=torch.float64, device=p.device)
 
 
 def _check_frame_tensor(p: Tensor) -> None:
@@ -529,8 +654,8 @@ def _check_hyperparameters(g: dict[str, Any]) -> None:
     lr = g["lr"]
     if isinstance(lr, Tensor):
         lr = lr.item()
-    if not 0.0 <= lr:
-        raise ValueError(f"Invalid learning rate: {lr} (must be >= 0)")
+    if not (0.0 <= lr and math.isfinite(lr)):
+        raise ValueError(f"Invalid learning rate: {lr} (must be finite and >= 0)")
     if not 0.0 <= g["eps"]:
         raise ValueError(f"Invalid epsilon value: {g['eps']} (must be >= 0)")
     b1, b2 = g["betas"]
@@ -541,7 +666,7 @@ def _check_hyperparameters(g: dict[str, Any]) -> None:
     if not 0.0 <= g["weight_decay"]:
         raise ValueError(f"Invalid weight_decay value: {g['weight_decay']} (must be >= 0)")
     ms = g["max_step"]
-    if ms is not None and not (isinstance(ms, (int, float)) and ms > 0 and math.isfinite(ms)):
+    if ms is not None and (isinstance(ms, bool) or not (isinstance(ms, (int, float)) and ms > 0 and math.isfinite(ms))):
         raise ValueError(f"Invalid max_step: {ms!r} (a positive float, or None for no cap)")
     if g["second_moment"] not in SECOND_MOMENTS:
         raise ValueError(f"Invalid second_moment {g['second_moment']!r}; choose one of {list(SECOND_MOMENTS)}")
