@@ -134,7 +134,8 @@ def stiefel_adam_frame_update(
     Options (as in :class:`StiefelAdam`):
 
     * ``second_moment``: ``"frame"`` (above), ``"column"`` (``v_j`` averages ``p ||xi_j||^2``) or
-      ``"element"`` (``n p xi_ij^2``); the floor is applied the same way to ``W N``. For the last
+      ``"element"`` (``n p xi_ij^2``); the floor is ``tau^2 p ||(W N)_j||^2`` per column, and
+      none per element (Adam's elementwise rule, with its absolute ``eps``). For the last
       two ``D`` is projected onto ``T_W`` again, since an uneven rescaling leaves the tangent space.
     * ``projector``: ``"euclidean"`` (``P_W``), ``"canonical"`` (``xi = G - W G^T W``, ``m`` still
       transported by ``P_W``) or ``"none"`` (``xi = G``, no transport, no floor).
@@ -201,10 +202,14 @@ def frame_update_checked(
         Sg = sym(W.mT @ G)  # N, (B, p, p)
         Su = sym(W.mT @ exp_avg).mul_(beta1).add_(Sg, alpha=1 - beta1)  # sym(W^T u), (B, p, p)
         m = torch.lerp(exp_avg, G, 1 - beta1).baddbmm_(W, Su, alpha=-1.0)  # P_W(beta1 m + (1-beta1) G)
-        g_sq = torch.linalg.vector_norm(G, dim=(-2, -1), keepdim=True, dtype=f64).square()
+        # ||G||_F scaled by an exact power of two per frame, so that its square neither overflows
+        # nor underflows in float32 whatever the gradient's scale; squared in float64.
+        g_max = torch.linalg.vector_norm(G, ord=math.inf, dim=(-2, -1), keepdim=True)  # (B, 1, 1)
+        finite = torch.isfinite(g_max).view(-1)
+        r = torch.ldexp(torch.ones_like(g_max), -torch.frexp(torch.where(finite.view(-1, 1, 1), g_max, 1.0))[1])
+        g_sq = (torch.linalg.vector_norm(G * r, dim=(-2, -1), keepdim=True).to(f64) / r.to(f64)).square()
         n_sq = Sg.to(f64).square().sum(dim=(-2, -1), keepdim=True)
         sample = (g_sq - n_sq).clamp_min(0.0) + tau2 * n_sq  # ||xi||^2 + tau^2 ||N||^2, (B, 1, 1)
-        finite = torch.isfinite(g_sq).view(-1)
     else:
         if projector == "none":
             xi, m_t, normal = G, exp_avg, None
@@ -214,21 +219,27 @@ def frame_update_checked(
             m_t = project_tangent(W, exp_avg)
         m = torch.lerp(m_t, xi, 1 - beta1)
         sample = second_moment_sample(xi, second_moment)
-        if normal is not None:
+        if normal is not None and second_moment == "column":
             sample = sample + tau2 * second_moment_sample(normal, second_moment)
         finite = torch.isfinite(sample).flatten(1).all(dim=1)
     v = exp_avg_sq * beta2 + sample * (1 - beta2)
     scale = 1 / (bias1 * ((v / bias2).sqrt() + eps))  # D = m * scale, float64
-    M = None  # W + S, when formed directly
+    M = S = None  # W + S is formed directly for the polar retraction
     if second_moment == "frame":
         # D is m times one scalar per frame: it stays tangent, and the capped step is that
         # scalar times m, one pass over the frame.
-        coef = lr * scale  # (B, 1, 1)
+        coef = (-lr * scale).to(dtype)  # (B, 1, 1); of order lr / ||G||, a float32 number
         if max_step is not None:
-            length = coef * torch.linalg.vector_norm(m, dim=(-2, -1), keepdim=True, dtype=f64)
-            coef = coef * cap_factor(length, max_step)
-        S = m * (-coef).to(dtype) if retraction != "polar" else None
-        M = torch.addcmul(W, m, (-coef).to(dtype)) if S is None else None  # W + S
+            S = m * coef  # of length about lr: its float32 norm is safe
+            factor = cap_factor(torch.linalg.vector_norm(S, dim=(-2, -1), keepdim=True), max_step)
+            if retraction == "polar":
+                M = torch.addcmul(W, S, factor)  # W + S, capped
+            else:
+                S = S * factor
+        elif retraction == "polar":
+            M = torch.addcmul(W, m, coef)  # W + S
+        else:
+            S = m * coef
     else:
         D = m * scale.to(dtype)
         if projector != "none":

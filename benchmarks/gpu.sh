@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The prepared GPU check of issue 13: the optimizer-step table at widths 256, 512, 1024 in float32
+# and bf16 (with the 10,000-step float32 drift table), and the end-to-end training throughput.
+# Run from the repository root on a CUDA machine: bash benchmarks/gpu.sh | tee benchmarks/gpu_results.txt
+set -euo pipefail
+python benchmarks/optimizer_step.py --device cuda --widths 256 512 1024 --dtype float32 --drift-steps 10000
+python benchmarks/optimizer_step.py --device cuda --widths 256 512 1024 --dtype bfloat16 --drift-steps 0
+python benchmarks/throughput.py --preset gpu
