@@ -9,12 +9,19 @@ Statistics, per paired comparison of arm ``b`` with arm ``a`` over the seeds bot
 of the per-seed differences ``b - a`` with its 95% Student-t interval, the wins ``k/n`` (seeds on
 which ``b`` is better) and the exact two-sided sign test of
 :func:`stiefel_mini.experiments.stats.sign_test` (``p = min(1, 2 P(X <= min(k, n - k)))``,
-``X ~ Binomial(n, 1/2)``, ties dropped). A difference is called *resolved* only when the t interval
-excludes zero; no word is stronger than that, and none is corrected for multiplicity.
+``X ~ Binomial(n, 1/2)``, ties dropped). The table is one family: Holm's correction
+(:func:`stiefel_mini.experiments.stats.holm`) is applied to the sign-test p-values of every
+comparison in it, and a difference is called *resolved* only when its Holm-adjusted p is at most
+0.05. With n paired seeds the smallest sign-test p is ``2^(1-n)`` (0.25 at n = 3, 0.0625 at n = 5),
+so below six seeds nothing can be resolved, whatever the t interval says.
+
+Censoring: a run that never reached a threshold (e.g. 95% validation accuracy) counts as ``+inf``
+steps. It enters the wins and the sign test by its sign; the mean and t interval are then not
+defined and are reported as missing, with the number of censored pairs.
 
 Functions:
 
-- :func:`paired` -- one paired comparison from a list of runs.
+- :func:`paired` -- one paired comparison from a list of runs; :func:`correct` -- Holm over a family.
 - :func:`claim_verdicts` -- one row per claim of the paper.
 - :func:`verdict_table_html`, :func:`verdict_box_html` -- the rows as HTML for the book.
 """
@@ -29,10 +36,10 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from stiefel_mini.experiments.stats import sign_test, t_interval
+from stiefel_mini.experiments.stats import holm, sign_test, t_interval
 from stiefel_mini.resources import results_path
 
-__all__ = ["paired", "claim_verdicts", "verdict_table_html", "verdict_box_html",
+__all__ = ["paired", "correct", "claim_verdicts", "verdict_table_html", "verdict_box_html",
            "CIFAR_FILES", "GROKKING_FILES"]
 
 # Results files read for the verdicts (relative to ``results/``), in the order the evidence is
@@ -57,21 +64,36 @@ def paired(runs: Iterable[dict], a: str, b: str, value: Callable[[dict], float |
         match: keeps only the runs it returns True for (e.g. one train fraction).
 
     Returns:
-        ``{"mean", "ci": (lo, hi), "wins", "losses", "ties", "n", "p_sign", "resolved", "diffs"}``.
+        ``{"mean", "ci": (lo, hi), "wins", "losses", "ties", "n", "censored", "p_sign", "p_holm",
+        "resolved", "diffs"}``; ``p_holm`` and ``resolved`` are filled in by :func:`correct`.
     """
     by = {(r["arm"], r["seed"]): value(r) for r in runs if match(r)}
     seeds = sorted(s for (arm, s), v in by.items() if arm == a and by.get((b, s)) is not None and v is not None)
     d = np.array([by[(b, s)] - by[(a, s)] for s in seeds], dtype=float)
-    d = d[np.isfinite(d)]
+    # inf - inf (neither arm reached the threshold) is a tie; one-sided inf is a censored pair.
+    d[np.isnan(d)] = 0.0
     if d.size == 0:
         return None
     better = d > 0 if higher_is_better else d < 0
     worse = d < 0 if higher_is_better else d > 0
     wins, losses = int(better.sum()), int(worse.sum())
-    lo, hi = t_interval(d.tolist()) if d.size >= 2 else (math.nan, math.nan)
-    return {"mean": float(d.mean()), "ci": (lo, hi), "wins": wins, "losses": losses,
-            "ties": int(d.size - wins - losses), "n": int(d.size), "p_sign": sign_test(d.tolist())["p"],
-            "resolved": bool(np.isfinite(lo) and (lo > 0 or hi < 0)), "diffs": d.tolist()}
+    censored = int((~np.isfinite(d)).sum())
+    finite = censored == 0
+    lo, hi = t_interval(d.tolist()) if finite and d.size >= 2 else (math.nan, math.nan)
+    return {"mean": float(d.mean()) if finite else math.nan, "ci": (lo, hi), "wins": wins,
+            "losses": losses, "ties": int(d.size - wins - losses), "n": int(d.size), "censored": censored,
+            "p_sign": sign_test(d.tolist())["p"], "p_holm": math.nan, "resolved": False, "diffs": d.tolist()}
+
+
+def correct(comparisons: Iterable[dict | None], alpha: float = 0.05) -> None:
+    """Holm-correct the sign tests of one family of comparisons in place.
+
+    Sets ``p_holm`` and ``resolved`` (``p_holm <= alpha``) on every comparison that is not ``None``.
+    """
+    comps = [c for c in comparisons if c is not None]
+    res = holm([c["p_sign"] for c in comps], alpha)
+    for c, p, r in zip(comps, res["adjusted"], res["reject"]):
+        c["p_holm"], c["resolved"] = p, r
 
 
 def _load(root: Path | None, names: list[str]) -> list[tuple[str, dict]]:
@@ -95,8 +117,12 @@ def _load(root: Path | None, names: list[str]) -> list[tuple[str, dict]]:
 def _pp(c: dict, unit: str = "pp") -> str:
     lo, hi = c["ci"]
     f = ".0f" if unit == "steps" else ".2f"
-    ci = f" [{lo:+{f}}, {hi:+{f}}]" if np.isfinite(lo) else ""
-    return f"{c['mean']:+{f}} {unit}{ci}, wins {c['wins']}/{c['n']} (sign p = {c['p_sign']:.2g})"
+    if c["censored"]:
+        head = f"{c['censored']} of {c['n']} pairs censored (never reached), no mean"
+    else:
+        head = f"{c['mean']:+{f}} {unit}" + (f" [{lo:+{f}}, {hi:+{f}}]" if np.isfinite(lo) else "")
+    return (f"{head}, wins {c['wins']}/{c['n']} (sign p = {c['p_sign']:.2g}, Holm p = {c['p_holm']:.2g}"
+            + (", resolved)" if c["resolved"] else ")"))
 
 
 def _direction(c: dict | None, better: str, worse: str, same: str) -> str:
@@ -104,22 +130,24 @@ def _direction(c: dict | None, better: str, worse: str, same: str) -> str:
         return "not measured"
     if not c["resolved"]:
         return same
-    return better if c["mean"] > 0 else worse
+    return better if c["wins"] > c["losses"] else worse
 
 
 def _accuracy_verdict(comps: list[dict]) -> str:
     """Claim 2 in words: how many regimes resolve StiefelAdam above or below AdamW."""
     if not comps:
         return "not measured"
-    above = sum(c["resolved"] and c["mean"] > 0 for c in comps)
-    below = sum(c["resolved"] and c["mean"] < 0 for c in comps)
+    above = sum(c["resolved"] and c["wins"] > c["losses"] for c in comps)
+    below = sum(c["resolved"] and c["wins"] < c["losses"] for c in comps)
     n = len(comps)
     if above and not below:
         return f"Partly supported: StiefelAdam above AdamW in {above} of {n} regimes (resolved)"
     if below and not above:
         return f"Not reproduced: StiefelAdam below AdamW, resolved in {below} of {n} regimes, never above"
     if not above and not below:
-        return f"Not reproduced: no resolved difference in {n} regimes"
+        smallest = min(c["n"] for c in comps)
+        return (f"Not reproduced: no difference resolved in {n} regimes (Holm-corrected sign test; "
+                f"at {smallest} seeds the smallest possible p is {2.0 ** (1 - smallest):.2g})")
     return f"Mixed: StiefelAdam resolved above AdamW in {above}, below in {below} of {n} regimes"
 
 
@@ -202,6 +230,16 @@ def claim_verdicts(root: str | Path | None = None) -> list[dict[str, Any]]:
     """
     root = None if root is None else Path(root)
     cif = _cifar_evidence(root)
+    grok = []
+    for _, res in _load(root, GROKKING_FILES):
+        runs = res["runs"]
+        reg = _grokking_regime(res["base_config"], len({r["seed"] for r in runs}))
+        steps95 = lambda r: r["metrics"]["steps_to_val95"] if r["metrics"]["steps_to_val95"] is not None else math.inf  # noqa: E731
+        grok.append((reg, paired(runs, "adamw", "stiefel", steps95, higher_is_better=False),
+                     paired(runs, "adamw", "stiefel", lambda r: 100 * r["metrics"]["final_val_acc"]),
+                     paired(runs, "frozen", "stiefel", steps95, higher_is_better=False)))
+    # The table is one family: every comparison in it is corrected together.
+    correct([c for comps in cif.values() for _, c, _ in comps] + [c for _, *cs in grok for c in cs])
     rows: list[dict[str, Any]] = []
     cifar_gap = _not_tested_cifar(root)
 
@@ -223,18 +261,11 @@ def claim_verdicts(root: str | Path | None = None) -> list[dict[str, Any]]:
         "evidence": [(reg, "A1 − A0: " + t) for reg, t in ev("A1-A0")],
         "not_tested": cifar_gap, "chapter": "cifar", "anchor": "verdict"})
     g_ev, g_verdict = [], "not measured"
-    for _, res in _load(root, GROKKING_FILES):
-        runs = res["runs"]
-        n_seeds = len({r["seed"] for r in runs})
-        reg = _grokking_regime(res["base_config"], n_seeds)
-        steps95 = lambda r: r["metrics"]["steps_to_val95"] if r["metrics"]["steps_to_val95"] is not None else math.inf  # noqa: E731
-        c = paired(runs, "adamw", "stiefel", steps95, higher_is_better=False)
-        f = paired(runs, "adamw", "stiefel", lambda r: 100 * r["metrics"]["final_val_acc"])
-        fz = paired(runs, "frozen", "stiefel", steps95, higher_is_better=False)
+    for reg, c, f, fz in grok:
         if c:
             g_ev.append((reg, f"steps to 95% validation, stiefel − adamw: {_pp(c, 'steps')}"))
             g_verdict = ("Groks sooner than AdamW" if c["wins"] > c["losses"] else "Groks no sooner than AdamW")
-            g_verdict += f" ({c['wins']}/{c['n']} seeds)"
+            g_verdict += f" on {c['wins']}/{c['n']} seeds" + ("" if c["resolved"] else " (not resolved)")
         if f:
             g_ev.append((reg, f"final validation accuracy, stiefel − adamw: {_pp(f)}"))
         if fz:
@@ -272,7 +303,7 @@ def claim_verdicts(root: str | Path | None = None) -> list[dict[str, Any]]:
     like_a4 = all(c is not None and not c["resolved"] for _, c, _ in cif["A1-A4"]) and cif["A1-A4"]
     rows.append({
         "claim": "The gain comes from the scale-free step, not the projector or equivariance.",
-        "verdict": ("No gain to explain; " + ("StiefelAdam matches AdamW with an equally small Q/K step (A4)"
+        "verdict": ("No gain to explain; " + ("no resolved difference between StiefelAdam and AdamW with an equally small Q/K step (A4)"
                                               if like_a4 else "StiefelAdam differs from AdamW with its small step (A4)")
                     + "; projector and equivariance not tested with power"),
         "evidence": cause, "not_tested": cifar_gap, "chapter": "cifar", "anchor": "verdict"})
@@ -306,7 +337,7 @@ def verdict_table_html(rows: list[dict], prefix: str = "") -> str:
     gaps = "".join(f"<li>{html.escape(g)}</li>" for g in dict.fromkeys(r["not_tested"] for r in rows) if g)
     gaps = f"<p><b>Scale not tested</b>, so no verdict here speaks for it:</p><ul>{gaps}</ul>" if gaps else ""
     return ("<table class='verdict-table'><thead><tr><th>the paper's claim</th><th>the book's verdict</th>"
-            "<th>evidence: mean paired difference [95% t CI], wins, sign test (regime)</th><th>read</th>"
+            "<th>evidence: mean paired difference [95% t CI], wins, sign test, Holm-corrected (regime)</th><th>read</th>"
             f"</tr></thead><tbody>{body}</tbody></table>{gaps}")
 
 

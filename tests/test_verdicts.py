@@ -41,8 +41,10 @@ def test_verdicts_follow_the_results(tmp_path):
     _cifar_file(tmp_path / "results/cifar/cpu.json", 5000, [-0.010, -0.012, -0.011])
     rows = verdicts.claim_verdicts(tmp_path)
     acc = _verdict(rows, "+8.98")
-    assert acc["verdict"].startswith("Not reproduced: StiefelAdam below AdamW")
-    assert "A1 − A0: -1.10 pp" in acc["evidence"][0][1]
+    # 3/3 losses: the t interval excludes 0, but an exact sign test at n = 3 cannot go below p = 0.25
+    assert acc["verdict"].startswith("Not reproduced: no difference resolved in 1 regimes")
+    assert "smallest possible p is 0.25" in acc["verdict"]
+    assert "A1 − A0: -1.10 pp" in acc["evidence"][0][1] and "resolved)" not in acc["evidence"][0][1]
     assert "patch 4" in acc["not_tested"] and "12 paired seeds (here 3)" in acc["not_tested"]
     assert "50x" in _verdict(rows, "The Q/K steps")["verdict"]
     assert _verdict(rows, "Grokking")["verdict"] == "not measured"
@@ -66,8 +68,8 @@ def test_grokking_verdict_and_html(tmp_path):
     (tmp_path / "results/grokking/cpu.json").write_text(json.dumps({"base_config": cfg, "runs": runs}))
     rows = verdicts.claim_verdicts(tmp_path)
     g = _verdict(rows, "Grokking")
-    assert g["verdict"] == "Groks sooner than AdamW (5/5 seeds), but so do frozen random frames"
-    assert "wins 5/5 (sign p = 0.062)" in g["evidence"][0][1]
+    assert g["verdict"] == "Groks sooner than AdamW on 5/5 seeds (not resolved), but so do frozen random frames"
+    assert "wins 5/5 (sign p = 0.062, Holm p = " in g["evidence"][0][1]
     table = verdicts.verdict_table_html(rows)
     assert table.count("<tr>") == len(rows) + 1 and "href='grokking.html#verdict'" in table
     box = verdicts.verdict_box_html(rows, "grokking")
@@ -79,3 +81,26 @@ def test_grokking_verdict_and_html(tmp_path):
 def test_committed_results_give_every_claim_a_verdict():
     rows = verdicts.claim_verdicts()  # the book's call: the committed results files
     assert len(rows) == 7 and all(r["verdict"] and r["verdict"] != "not measured" for r in rows)
+
+
+def test_holm_across_the_table_and_censored_pairs(tmp_path):
+    """Twelve seeds resolve a difference only while the family is small enough for Holm to pass it;
+    a run that never groks counts by its sign and leaves the mean undefined."""
+    runs = []
+    for seed in range(12):
+        for arm, s95 in (("adamw", None if seed == 0 else 1000), ("stiefel", 700), ("frozen", 700 + seed)):
+            runs.append({"arm": arm, "seed": seed, "metrics": {"steps_to_val95": s95, "final_val_acc": 1.0}})
+    cfg = {"p": 59, "train_frac": 0.3, "steps": 1800, "lr": 0.01, "weight_decay": 1.0}
+    (tmp_path / "results/grokking").mkdir(parents=True)
+    (tmp_path / "results/grokking/cpu.json").write_text(json.dumps({"base_config": cfg, "runs": runs}))
+    g = _verdict(verdicts.claim_verdicts(tmp_path), "Grokking")
+    assert g["verdict"] == "Groks sooner than AdamW on 12/12 seeds"  # resolved: no "(not resolved)"
+    assert "1 of 12 pairs censored (never reached), no mean" in g["evidence"][0][1]
+    assert "resolved)" in g["evidence"][0][1]
+
+    c = [verdicts.paired(runs, "adamw", "stiefel", lambda r: r["metrics"]["steps_to_val95"] or float("inf"),
+                         higher_is_better=False) for _ in range(2)]
+    verdicts.correct(c + [{"p_sign": 0.5}])
+    assert c[0]["p_holm"] == pytest.approx(3 * 2.0 ** -11) and c[0]["resolved"]
+    verdicts.correct(c * 200)  # a family of 400 equal p-values: none survives
+    assert not c[0]["resolved"]
