@@ -330,9 +330,11 @@ def verdict_table_html(rows: list[dict], prefix: str = "") -> str:
 
     ``prefix`` is put in front of each chapter link (``""`` from a page in ``book/``).
     """
+    # data-label: the column's name, shown above each cell where a phone stacks the cells (book.css).
     body = "".join(
-        f"<tr><td>{i}. {html.escape(r['claim'])}</td><td>{html.escape(r['verdict'])}</td>"
-        f"<td>{_evidence_html(r)}</td><td>{_link(r, prefix)}</td></tr>"
+        f"<tr><td data-label='claim'>{i}. {html.escape(r['claim'])}</td>"
+        f"<td data-label='verdict'>{html.escape(r['verdict'])}</td>"
+        f"<td data-label='evidence'>{_evidence_html(r)}</td><td data-label='read'>{_link(r, prefix)}</td></tr>"
         for i, r in enumerate(rows, 1))
     gaps = "".join(f"<li>{html.escape(g)}</li>" for g in dict.fromkeys(r["not_tested"] for r in rows) if g)
     gaps = f"<p><b>Scale not tested</b>, so no verdict here speaks for it:</p><ul>{gaps}</ul>" if gaps else ""
