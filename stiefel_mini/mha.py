@@ -217,19 +217,24 @@ class StiefelMultiheadAttention(nn.Module):
             self.register_parameter("log_scale", None)
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        """Haar-random frames; V, output projection and biases as ``nn.MultiheadAttention`` does."""
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Haar-random frames; V, output projection and biases as ``nn.MultiheadAttention`` does.
+
+        Draws, in this order, ``q_weight``, ``k_weight``, ``v_proj.weight`` and (with ``add_bias_kv``)
+        ``bias_k``, ``bias_v`` from ``generator`` (``None``: torch's global generator), so a seeded
+        generator gives the same start to modules that differ only in flags.
+        """
         with torch.no_grad():
             for w in (self.q_weight, self.k_weight):
                 # QR has no bf16/fp16 kernel: draw in float32, then cast.
-                w.copy_(random_stiefel(*w.shape, device=w.device))
-            nn.init.xavier_uniform_(self.v_proj.weight)
+                w.copy_(random_stiefel(*w.shape, generator=generator, device=w.device))
+            nn.init.xavier_uniform_(self.v_proj.weight, generator=generator)
             if self.q_bias is not None:
                 for b in (self.q_bias, self.k_bias, self.v_proj.bias, self.out_proj.bias):
                     b.zero_()
             if self.bias_k is not None:
-                nn.init.xavier_normal_(self.bias_k)
-                nn.init.xavier_normal_(self.bias_v)
+                nn.init.xavier_normal_(self.bias_k, generator=generator)
+                nn.init.xavier_normal_(self.bias_v, generator=generator)
             if self.log_scale is not None:
                 self.log_scale.fill_(-0.5 * math.log(self.head_dim))
 

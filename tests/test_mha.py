@@ -307,3 +307,19 @@ def test_torch_compile_inductor():
     x, _, _ = _inputs(True)
     out, _ = torch.compile(m)(x, x, x, need_weights=False)
     torch.testing.assert_close(out, m(x, x, x, need_weights=False)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_reset_parameters_draws_from_a_generator():
+    """A seeded generator fixes the start whatever torch's global generator did; without one the
+    global generator is used, so two resets differ."""
+    m = StiefelMultiheadAttention(32, 4, add_bias_kv=True)
+    starts = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        m.reset_parameters(generator=torch.Generator().manual_seed(7))
+        starts.append({k: v.clone() for k, v in m.state_dict().items()})
+    for k in starts[0]:
+        assert torch.equal(starts[0][k], starts[1][k]), k
+    m.reset_parameters()
+    assert not torch.equal(m.q_weight, starts[0]["q_weight"])
+    assert orthogonality_error(m.q_weight).max() < 1e-5
