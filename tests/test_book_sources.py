@@ -56,3 +56,25 @@ def test_assets_are_local_and_pinned():
     for name, version in package["dependencies"].items():
         assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{name} must be pinned exactly, got {version}"
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
+
+
+HIDDEN_INPUT_TAGS = {"hide-input", "remove-input", "remove-cell"}
+MAX_CODE_LINE = 88
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_visible_code_lines_fit_the_page(path):
+    """Code a reader sees (cells not tagged hide-input/remove-input) wraps at 88 characters."""
+    nb = json.loads(path.read_text())
+    long = [
+        (i, j + 1, len(line))
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code"
+        and not HIDDEN_INPUT_TAGS & set(c.get("metadata", {}).get("tags", []))
+        for j, line in enumerate("".join(c["source"]).splitlines())
+        if len(line) > MAX_CODE_LINE
+    ]
+    assert not long, (
+        f"{path.name}: (cell, line, width) over {MAX_CODE_LINE} characters: {long}; "
+        "rewrap them (PEP 8 continuation lines)"
+    )
