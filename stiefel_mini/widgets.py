@@ -228,12 +228,32 @@ def show_table(header: Sequence[Any], body: Sequence[Sequence[Any]]) -> None:
 ARM_TITLES = {"adamw": "AdamW", "stiefel": "StiefelAdam", "qknorm": "AdamW + QK-norm"}
 
 
+# The frames sit two abreast in the book's column (about 680 px), so each is shown about 330 px wide:
+# a 4.4-inch figure at 80 dpi (352 px) is barely scaled down, and 11 pt text there is >= 10 px.
+WD_FIGSIZE = (4.4, 2.9)  # inches
+WD_FONT_PT = 11
+
+
 def _weight_decay_png(history: dict[str, Any], arm: str, i_wd: int, i_snap: int, dpi: int) -> bytes:
-    """One arm's picture for :func:`weight_decay_widget`: head 0's attention map and ``||W_Q^h||_F`` over steps."""
+    """One arm's picture for :func:`weight_decay_widget`: head 0's attention map and ``||W_Q^h||_F`` over steps.
+
+    All text is ``WD_FONT_PT`` points and the legend sits below the axes, outside the data."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+
+    with plt.rc_context({"font.size": WD_FONT_PT, "axes.titlesize": WD_FONT_PT,
+                         "axes.labelsize": WD_FONT_PT, "xtick.labelsize": WD_FONT_PT,
+                         "ytick.labelsize": WD_FONT_PT, "legend.fontsize": WD_FONT_PT}):
+        return _weight_decay_figure_png(history, arm, i_wd, i_snap, dpi)
+
+
+def _weight_decay_figure_png(history: dict[str, Any], arm: str, i_wd: int, i_snap: int, dpi: int) -> bytes:
+    """The figure of :func:`_weight_decay_png`, drawn under its font settings."""
+    import matplotlib.pyplot as plt
+
+    from stiefel_mini.plots import legend_outside
 
     cfg = history["config"]
     recs = history["runs"][arm]
@@ -241,14 +261,15 @@ def _weight_decay_png(history: dict[str, Any], arm: str, i_wd: int, i_snap: int,
     s = r["snapshots"]
     attn = s["attn"][i_snap].numpy()
     slot = history["show_batch"]["slot"].numpy()
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(5.2, 2.3), gridspec_kw={"width_ratios": [1.1, 1]})
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=WD_FIGSIZE, layout="constrained",
+                                   gridspec_kw={"width_ratios": [1.1, 1]})
     ax0.imshow(attn, vmin=0, vmax=1, cmap="viridis", aspect="auto")
     ax0.scatter(slot, range(len(slot)), marker="s", s=46, facecolors="none", edgecolors="red", lw=1.2)
     ax0.set_xticks(range(attn.shape[1]), [*map(str, range(1, attn.shape[1])), "q"])
     ax0.set_yticks([])
-    ax0.set_xlabel("token (red: the queried pair)")
+    ax0.set_xlabel("token (red: queried pair)")
     ax0.set_ylabel("8 examples")
-    ax0.set_title("head 0: attention of the query", fontsize=9)
+    ax0.set_title("head 0 attention")
     steps = r["step"]
     # No label names the decay: StiefelAdam's picture must be the same for every decay.
     ax1.plot(steps, recs[0]["norm_q"], color="0.6", ls="--", lw=1, label=f"decay {cfg.weight_decays[0]:g}")
@@ -258,10 +279,9 @@ def _weight_decay_png(history: dict[str, Any], arm: str, i_wd: int, i_snap: int,
     top = max(max(rr["norm_q"]) for rrs in history["runs"].values() for rr in rrs)
     ax1.set_ylim(0, 1.08 * top)
     ax1.set_xlabel("step")
-    ax1.set_title(r"$\|W_Q^h\|_F$ (mean over heads)", fontsize=9)
-    ax1.legend(fontsize=7, loc="lower right")
-    fig.suptitle(ARM_TITLES.get(arm, arm), fontsize=10, y=1.02)
-    fig.tight_layout()
+    ax1.set_title(r"mean $\|W_Q^h\|_F$")
+    legend_outside(fig, ncol=2)  # one row under both panels, outside the data
+    fig.suptitle(ARM_TITLES.get(arm, arm), fontsize=WD_FONT_PT + 1)
     return figure_to_png(fig, dpi=dpi)
 
 
@@ -300,7 +320,7 @@ def weight_decay_frame_html(history: dict[str, Any], i_wd: int, i_snap: int,
             f'style="display:flex;flex-wrap:wrap;gap:1rem">{"".join(cols)}</div>')
 
 
-def weight_decay_widget(history: dict[str, Any], *, arms: Sequence[str] = ("adamw", "stiefel"), dpi: int = 70):
+def weight_decay_widget(history: dict[str, Any], *, arms: Sequence[str] = ("adamw", "stiefel"), dpi: int = 80):
     """The weight-decay chapter's widget: a weight-decay slider and a training-step slider over frames
     rendered from a :func:`~stiefel_mini.experiments.weight_decay.sweep` ``history`` (AdamW beside
     StiefelAdam) at the snapshot steps after step 0. Works in static HTML with no kernel
