@@ -230,7 +230,7 @@ def polar_retraction(W: Tensor, V: Tensor) -> Tensor:
     matrix is formed from ``W + V`` itself rather than assumed to be ``I + V^T V``, so the result
     is orthonormal to working precision even when W has drifted slightly. The inverse square root
     uses a binomial series summed to working precision near the identity (matrix products only)
-    and the SVD of ``W + V`` otherwise (see :func:`polar_factor_checked`), so any step, however
+    and the SVD of ``W + V`` otherwise (see ``polar_factor_checked``), so any step, however
     large, lands on the manifold; a rank-deficient ``W + V`` raises ``ValueError``. Second order:
     ``R(W, tV) = W + tV + O(t^2)`` with a second-order term normal to the manifold.
 
@@ -246,7 +246,7 @@ def polar_factor(M: Tensor) -> Tensor:
     """Orthogonal polar factor of a full-rank ``M``: ``M (M^T M)^{-1/2}``, the closest frame to M.
 
     Cheap near a frame (``M^T M`` close to ``I``), through the SVD elsewhere (see
-    :func:`polar_factor_checked`, which is this function without the check). Raises
+    ``polar_factor_checked``, which is this function without the check). Raises
     ``ValueError`` if some M is numerically rank-deficient (this check synchronises with the host).
 
     Shapes: ``(..., n, p)`` -> ``(..., n, p)``.
@@ -287,18 +287,9 @@ def _qr(W: Tensor, V: Tensor) -> tuple[Tensor, Tensor]:
 
 @_tall
 def cayley_retraction(W: Tensor, V: Tensor) -> Tensor:
-    """Cayley retraction (see :func:`_cayley` for the formula); raises ``ValueError`` for a step
-    it cannot take to working precision (see :func:`retract_checked`).
-
-    Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
-    """
-    Y, ok = retract_checked(W, V, "cayley")
-    _refuse("cayley_retraction", ok, "the step is too large for the Cayley map to stay on the manifold")
-    return Y
-
-
-def _cayley(W: Tensor, V: Tensor) -> Tensor:
     """Cayley retraction, solved in its low-rank form with a 2p x 2p system.
+
+    Raises ``ValueError`` for a step it cannot take to working precision (checked per frame).
 
     With ``U = V - W (W^T V) / 2`` the skew matrix ``A = U W^T - W U^T`` satisfies ``A W = V`` for
     tangent V, and ``R(W, V) = (I - A/2)^{-1} (I + A/2) W``. Writing ``A = L Z^T`` with
@@ -314,6 +305,13 @@ def _cayley(W: Tensor, V: Tensor) -> Tensor:
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Wen & Yin (2013), lemma 4.1 and eq. (2.7).
     """
+    Y, ok = retract_checked(W, V, "cayley")
+    _refuse("cayley_retraction", ok, "the step is too large for the Cayley map to stay on the manifold")
+    return Y
+
+
+def _cayley(W: Tensor, V: Tensor) -> Tensor:
+    """The Cayley map of :func:`cayley_retraction`, without the check."""
     p = W.shape[-1]
     U = V - 0.5 * (W @ (W.mT @ V))
     L = torch.cat([U, W], dim=-1)  # (..., n, 2p)
@@ -338,18 +336,9 @@ def _solve(A: Tensor, B: Tensor) -> Tensor:
 
 @_tall
 def exp_retraction(W: Tensor, V: Tensor) -> Tensor:
-    """Exponential map (see :func:`_exp` for the formula); raises ``ValueError`` for a step it
-    cannot take to working precision (see :func:`retract_checked`).
-
-    Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
-    """
-    Y, ok = retract_checked(W, V, "exp")
-    _refuse("exp_retraction", ok, "the step is too large for the exponential map to stay on the manifold")
-    return Y
-
-
-def _exp(W: Tensor, V: Tensor) -> Tensor:
     """Riemannian exponential map of the embedded (Euclidean) metric.
+
+    Raises ``ValueError`` for a step it cannot take to working precision (checked per frame).
 
     With ``A = W^T V`` (skew for tangent V) and ``S = V^T V``,
 
@@ -362,6 +351,13 @@ def _exp(W: Tensor, V: Tensor) -> Tensor:
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Edelman et al. (1998), eq. (2.45); Zimmermann (2017), eq. (10).
     """
+    Y, ok = retract_checked(W, V, "exp")
+    _refuse("exp_retraction", ok, "the step is too large for the exponential map to stay on the manifold")
+    return Y
+
+
+def _exp(W: Tensor, V: Tensor) -> Tensor:
+    """The exponential map of :func:`exp_retraction`, without the check."""
     p = W.shape[-1]
     A = W.mT @ V
     S = V.mT @ V
@@ -371,14 +367,12 @@ def _exp(W: Tensor, V: Tensor) -> Tensor:
     return torch.cat([W, V], dim=-1) @ E
 
 
-
-
 def retract_checked(W: Tensor, V: Tensor, method: str, bound: float | None = None) -> tuple[Tensor, Tensor]:
     """Retract tall frames and say per frame whether the step could be taken; no host sync.
 
     Returns ``(R(W, V), ok)`` with ``ok`` of shape ``(...)``; a refused frame's result is NaN.
 
-    * ``"polar"``: :func:`polar_factor_checked` of ``W + V`` (``bound`` is passed on); refused
+    * ``"polar"``: ``polar_factor_checked`` of ``W + V`` (``bound`` is passed on); refused
       only if ``W + V`` is rank-deficient (or exceeds a given bound).
     * ``"qr"``: refused if ``W + V`` is rank-deficient.
     * ``"cayley"``, ``"exp"``: these apply an orthogonal map to W, so they keep the error W has
