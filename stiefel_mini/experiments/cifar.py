@@ -53,6 +53,7 @@ from stiefel_mini.experiments.records import config_dict, load_results, provenan
 from stiefel_mini.experiments.runtime import generator, progress, set_threads, stream_seed
 from stiefel_mini.attention import entropy
 from stiefel_mini.experiments.stats import compare, holm
+from stiefel_mini.resources import results_path
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.vit import PatchViT
 
@@ -671,6 +672,191 @@ def best_lr_comparison(runs: list[dict], baseline: str = "A0") -> list[dict]:
             })
     for r, p in zip(rows, holm([r["p_wilcoxon"] for r in rows])["adjusted"]):
         r["p_wilcoxon_holm"] = p
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reading round-2 files for the chapter: what has run, paired tables, fitted check, held-out best lr
+# ----------------------------------------------------------------------------------------------------
+
+
+def load_round2(presets: Sequence[str] = ("r2_lr", "r2_fitted", "r2_scaling", "r2_ablation", "r2_gpu")
+                ) -> dict[str, dict | None]:
+    """The results of each round-2 preset (``results/cifar/<preset>.json``), ``None`` where absent.
+
+    Files are found by :func:`stiefel_mini.resources.results_path` (the checkout, else the packaged
+    copy); a sweep still running writes its file after every run, so a file may hold part of its grid.
+    """
+    out: dict[str, dict | None] = {}
+    for name in presets:
+        if name not in ROUND2_PLANS:
+            raise ValueError(f"unknown round-2 preset {name!r}; choose from {sorted(ROUND2_PLANS)}")
+        try:
+            out[name] = load_results(results_path(f"cifar/{name}.json"))
+        except FileNotFoundError:
+            out[name] = None
+    return out
+
+
+def round2_status(files: dict[str, dict | None]) -> list[dict]:
+    """What each round-2 file holds against its planned grid (:data:`ROUND2_PLANS`).
+
+    One row per preset: ``preset``, ``planned`` (runs: seeds x train fractions x each arm's lr grid),
+    ``done`` (planned runs present, matched by arm, seed, fraction and the swept lr), and ``missing``:
+    ``{arm: number of its planned runs not present}`` for arms with any missing. ``r2_fitted`` /
+    ``r2_scaling`` run A1 at a frame lr chosen on the command line, so for them only arm, seed and
+    fraction are matched.
+    """
+    rows = []
+    for preset, res in files.items():
+        cfg = ROUND2_PLANS[preset]
+        chosen_on_cli = not cfg.frame_lrs and not cfg.lrs  # one setting per arm, picked when run
+        have = set()
+        for h in (res or {}).get("runs", []):
+            frac, seed, arm, lr, frame_lr = run_key(h)
+            have.add((frac, seed, arm) if chosen_on_cli else (frac, seed, arm, lr, frame_lr))
+        missing: dict[str, int] = {}
+        planned = done = 0
+        for seed in cfg.seeds:
+            for frac in cfg.train_fractions:
+                for arm in cfg.arms:
+                    label = arm_spec(arm).label
+                    for lr, frame_lr in swept_lrs(cfg, arm):
+                        key = ((float(frac), int(seed), label) if chosen_on_cli
+                               else (float(frac), int(seed), label, lr, frame_lr))
+                        planned += 1
+                        if key in have:
+                            done += 1
+                        else:
+                            missing[label] = missing.get(label, 0) + 1
+        rows.append({"preset": preset, "planned": planned, "done": done, "missing": missing})
+    return rows
+
+
+def by_seed(runs: Sequence[dict], **fields: Any) -> dict[int, dict]:
+    """The runs whose ``fields`` (e.g. ``arm="A1"``, ``frame_lr=0.1``) all match, keyed by seed.
+
+    Raises ``ValueError`` when two matching runs share a seed (the fields do not pick one setting:
+    add ``lr``, ``frame_lr`` or ``train_fraction``).
+    """
+    out: dict[int, dict] = {}
+    for h in runs:
+        if all(h.get(k) == v for k, v in fields.items()):
+            if h["seed"] in out:
+                raise ValueError(f"two runs with {fields} share seed {h['seed']}; add the field that "
+                                 "tells them apart (lr, frame_lr or train_fraction)")
+            out[h["seed"]] = h
+    return out
+
+
+def paired_family(pairs: Sequence[tuple[str, dict[int, dict], dict[int, dict]]], *,
+                  value: Any = None, alpha: float = 0.05) -> list[dict]:
+    """One table of paired comparisons ``b - a`` over common seeds, Holm-corrected as one family.
+
+    Args:
+        pairs: ``(label, a, b)`` with ``a``, ``b`` runs keyed by seed (:func:`by_seed`).
+        value: the quantity of a run; default the test accuracy in percentage points.
+        alpha: family-wise error rate of the Holm correction.
+
+    Returns:
+        Per pair: ``label``, ``seeds``, ``diffs`` (b - a per seed), ``n``, ``mean``, ``t_interval``
+        (95% Student t, ``None`` below 2 seeds), ``median`` with ``median_low`` / ``median_high``
+        and ``median_interval_name`` (``"range"`` at n <= 5, see :func:`stiefel_mini.experiments.stats.median_interval`),
+        ``wins`` / ``losses`` / ``ties`` of ``b``, the exact two-sided ``p_sign`` and ``p_wilcoxon``,
+        both Holm-corrected across the family (``p_sign_holm``, ``p_wilcoxon_holm``), and ``resolved``:
+        both corrected p-values <= ``alpha``. A pair without common seeds has ``n = 0``, p-values 1
+        and stays in the family (it was planned, so it counts in the correction).
+    """
+    value = value or (lambda h: 100.0 * h["test_acc"])
+    rows = []
+    for label, a, b in pairs:
+        seeds = sorted(set(a) & set(b))
+        row: dict[str, Any] = {"label": label, "seeds": seeds, "n": len(seeds), "diffs": [], "mean": None,
+                               "t_interval": None, "median": None, "median_low": None, "median_high": None,
+                               "median_interval_name": None, "wins": 0, "losses": 0, "ties": 0,
+                               "p_sign": 1.0, "p_wilcoxon": 1.0}
+        if seeds:
+            c = compare([value(a[s]) for s in seeds], [value(b[s]) for s in seeds], lower_is_better=False)
+            med = c["median_difference"]
+            row.update(diffs=c["differences"], mean=float(np.mean(c["differences"])),
+                       t_interval=c["mean_difference_t_interval"], median=med["median"],
+                       median_low=med["low"], median_high=med["high"], median_interval_name=med["name"],
+                       wins=c["wins"]["wins"], losses=c["wins"]["losses"], ties=c["wins"]["ties"],
+                       p_sign=c["p_sign"], p_wilcoxon=c["p_wilcoxon"])
+        rows.append(row)
+    sign = holm([r["p_sign"] for r in rows], alpha)["adjusted"]
+    wil = holm([r["p_wilcoxon"] for r in rows], alpha)["adjusted"]
+    for r, ps, pw in zip(rows, sign, wil):
+        r.update(p_sign_holm=ps, p_wilcoxon_holm=pw, resolved=bool(r["n"] and ps <= alpha and pw <= alpha))
+    return rows
+
+
+def fitted_check(runs: Sequence[dict]) -> list[dict]:
+    """Has each setting fitted its training set? Training minus test accuracy, seed by seed.
+
+    One row per (train fraction, arm, lr, frame lr) whose runs record ``train_acc`` (accuracy on a
+    fixed un-augmented subset of the run's own training images): ``n_train``, ``seeds``,
+    ``train_acc`` and ``test_acc`` (seed means), ``gaps_pp`` (train - test per seed, points),
+    ``min_gap_pp`` and ``fitted`` (train above test on every seed). A model below that line has
+    not learned what it was shown, and a comparison of optimisers on it says little.
+    """
+    rows = []
+    for (fraction, arm, lr, frame_lr), group in _groups(list(runs)).items():
+        seeds = sorted(s for s, h in group.items() if h.get("train_acc") is not None)
+        if not seeds:
+            continue
+        gaps = [100.0 * (group[s]["train_acc"] - group[s]["test_acc"]) for s in seeds]
+        rows.append({"train_fraction": fraction, "arm": arm, "lr": lr, "frame_lr": frame_lr,
+                     "n_train": group[seeds[0]]["n_train"], "seeds": seeds,
+                     "train_acc": float(np.mean([group[s]["train_acc"] for s in seeds])),
+                     "test_acc": float(np.mean([group[s]["test_acc"] for s in seeds])),
+                     "gaps_pp": gaps, "min_gap_pp": min(gaps), "fitted": min(gaps) > 0})
+    return rows
+
+
+def held_out_best(runs: Sequence[dict], baseline: str = "A0") -> list[dict]:
+    """Best lr against best lr, with each seed's lr chosen on the *other* seeds (leave one seed out).
+
+    :func:`best_lr_comparison` picks each arm's best lr on the seeds it then compares, which flatters
+    whichever arm has the luckier maximum. Here, for each seed ``s``, every arm's lr is the one with
+    the best mean accuracy over its runs on seeds other than ``s``, and the difference to
+    ``baseline`` is measured on ``s`` alone. One row per (train fraction, arm != baseline) with
+    ``seeds`` (those both arms ran at every grid value, at least 2), ``chosen`` (per seed,
+    ``(arm value, baseline value)``), ``diffs_pp`` and ``diff_pp`` (their mean). An arm with fewer
+    than 2 such seeds gets no row.
+    """
+    curves = lr_curves(list(runs))
+    groups = _groups(list(runs))
+
+    def table(fraction: float, arm: str, swept: str) -> dict[float, dict[int, dict]]:
+        out: dict[float, dict[int, dict]] = {}
+        for (f, a, lr, frame_lr), g in groups.items():
+            if f == fraction and a == arm and (frame_lr is not None) == (swept == "frame_lr"):
+                out[frame_lr if swept == "frame_lr" else lr] = g
+        return out
+
+    def complete(t: dict[float, dict[int, dict]]) -> set[int]:
+        return set.intersection(*(set(g) for g in t.values())) if t else set()
+
+    def pick(t: dict[float, dict[int, dict]], seeds: list[int]) -> float:
+        return max(t, key=lambda v: float(np.mean([t[v][s]["test_acc"] for s in seeds])))
+
+    rows = []
+    for base in (c for c in curves if c["arm"] == baseline):
+        bt = table(base["train_fraction"], baseline, base["swept"])
+        for other in (c for c in curves if c["train_fraction"] == base["train_fraction"] and c["arm"] != baseline):
+            ot = table(other["train_fraction"], other["arm"], other["swept"])
+            seeds = sorted(complete(bt) & complete(ot))
+            if len(seeds) < 2:
+                continue
+            chosen, diffs = [], []
+            for s in seeds:
+                rest = [t for t in seeds if t != s]
+                vo, vb = pick(ot, rest), pick(bt, rest)
+                chosen.append((vo, vb))
+                diffs.append(100.0 * (ot[vo][s]["test_acc"] - bt[vb][s]["test_acc"]))
+            rows.append({"train_fraction": base["train_fraction"], "arm": other["arm"], "seeds": seeds,
+                         "chosen": chosen, "diffs_pp": diffs, "diff_pp": float(np.mean(diffs))})
     return rows
 
 

@@ -1,0 +1,110 @@
+"""Tests of the round-2 analysis functions of the CIFAR-10 chapter, on hand-made run records.
+
+No training here: each record holds only the keys the functions read, with accuracies chosen so
+that the right answer is known (which lr is best, which seeds pair, what Holm makes of the table).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stiefel_mini.experiments import cifar
+from stiefel_mini.experiments.stats import holm
+
+
+def rec(arm, seed, acc, lr=1e-3, frame_lr=None, frac=0.3, train_acc=None):
+    h = {"arm": arm, "arm_name": arm, "seed": seed, "train_fraction": frac, "n_train": 15000,
+         "steps_total": 1170, "lr": lr, "frame_lr": frame_lr, "test_acc": acc, "qk_drift": 0.1,
+         "orth_error": 0.0, "qk_step_mean": 1.0}
+    if train_acc is not None:
+        h["train_acc"] = train_acc
+    return h
+
+
+def test_by_seed_selects_one_setting_and_refuses_an_ambiguous_one():
+    runs = [rec("A0", 0, 0.5, lr=1e-3), rec("A0", 0, 0.4, lr=3e-3), rec("A0", 1, 0.6, lr=1e-3)]
+    assert {s: h["test_acc"] for s, h in cifar.by_seed(runs, arm="A0", lr=1e-3).items()} == {0: 0.5, 1: 0.6}
+    assert cifar.by_seed(runs, arm="A1") == {}
+    with pytest.raises(ValueError, match="share seed 0"):
+        cifar.by_seed(runs, arm="A0")
+
+
+def test_paired_family_pairs_common_seeds_and_corrects_the_table():
+    a = {s: rec("A0", s, 0.50) for s in range(6)}
+    b = {s: rec("A1", s, 0.50 + 0.01 * (s + 1)) for s in range(6)}  # wins on all 6 seeds
+    c = {s: rec("A3", s, 0.50 + (0.01 if s % 2 else -0.01)) for s in range(4)}  # 2 wins, 2 losses
+    rows = cifar.paired_family([("A1 - A0", a, b), ("A3 - A0", a, c), ("none", a, {})])
+    r1, r3, r0 = rows
+    assert r1["seeds"] == list(range(6)) and r1["wins"] == 6 and r1["mean"] == pytest.approx(3.5)
+    lo, hi = r1["t_interval"]
+    assert lo < 3.5 < hi and lo > 0
+    assert r1["p_sign"] == pytest.approx(2 * 0.5**6) and r1["p_wilcoxon"] == pytest.approx(2 * 0.5**6)
+    # Holm over the three rows (the unpaired one counts in the family with p = 1)
+    assert r1["p_sign_holm"] == pytest.approx(holm([r1["p_sign"], r3["p_sign"], 1.0])["adjusted"][0])
+    assert r1["p_sign_holm"] == pytest.approx(3 * 2 * 0.5**6) and r1["resolved"] is False  # 0.094 > 0.05
+    assert r3["wins"] == 2 and r3["losses"] == 2 and not r3["resolved"]
+    assert r3["median_interval_name"] == "range" and r3["median_low"] == pytest.approx(-1.0)
+    assert r0["n"] == 0 and r0["mean"] is None and r0["p_sign_holm"] == 1.0 and not r0["resolved"]
+    alone = cifar.paired_family([("A1 - A0", a, b)])[0]
+    assert alone["resolved"] and alone["p_wilcoxon_holm"] == pytest.approx(2 * 0.5**6)
+    one = cifar.paired_family([("one seed", {0: a[0]}, {0: b[0]})])[0]
+    assert one["t_interval"] is None and one["n"] == 1
+
+
+def test_fitted_check_reads_train_minus_test_per_seed():
+    runs = [rec("A0", 0, 0.60, train_acc=0.70), rec("A0", 1, 0.62, train_acc=0.65),
+            rec("A1", 0, 0.60, frame_lr=0.1, train_acc=0.58), rec("A1", 1, 0.61, frame_lr=0.1, train_acc=0.70),
+            rec("A3", 0, 0.5)]  # no train accuracy recorded: no row
+    rows = {r["arm"]: r for r in cifar.fitted_check(runs)}
+    assert set(rows) == {"A0", "A1"}
+    assert rows["A0"]["gaps_pp"] == pytest.approx([10.0, 3.0]) and rows["A0"]["fitted"]
+    assert rows["A0"]["min_gap_pp"] == pytest.approx(3.0) and rows["A0"]["train_acc"] == pytest.approx(0.675)
+    assert not rows["A1"]["fitted"] and rows["A1"]["min_gap_pp"] == pytest.approx(-2.0)
+
+
+def lr_runs(a0, a1):
+    """A0 at lrs and A1 at frame lrs; ``a0[lr] = [acc per seed]``."""
+    return ([rec("A0", s, acc, lr=lr) for lr, accs in a0.items() for s, acc in enumerate(accs)]
+            + [rec("A1", s, acc, frame_lr=f) for f, accs in a1.items() for s, acc in enumerate(accs)])
+
+
+def test_held_out_best_picks_each_seeds_lr_on_the_other_seeds():
+    # Seed 0 favours A1's frame lr 0.1, seed 1 favours 1.0: in-sample the best mean is 1.0 (0.575),
+    # held out each seed gets the other seed's favourite.
+    runs = lr_runs({1e-3: [0.50, 0.50], 1e-2: [0.45, 0.45]}, {0.1: [0.60, 0.40], 1.0: [0.45, 0.70]})
+    best = cifar.best_lr_comparison(runs)[0]
+    assert best["arm_best"] == 1.0 and best["diff_pp"] == pytest.approx(7.5)
+    held = cifar.held_out_best(runs)
+    assert len(held) == 1 and held[0]["arm"] == "A1" and held[0]["seeds"] == [0, 1]
+    assert held[0]["chosen"] == [(1.0, 1e-3), (0.1, 1e-3)]
+    assert held[0]["diffs_pp"] == pytest.approx([-5.0, -10.0]) and held[0]["diff_pp"] == pytest.approx(-7.5)
+    # a single complete seed: nothing to hold out
+    assert cifar.held_out_best(lr_runs({1e-3: [0.5]}, {0.1: [0.6]})) == []
+
+
+def test_round2_status_counts_the_planned_grid(tmp_path):
+    cfg = cifar.ROUND2_PLANS["r2_lr"]
+    runs = [rec("A0", 0, 0.5, lr=lr) for lr in cfg.lrs] + [rec("A1", 0, 0.5, lr=cfg.lr, frame_lr=0.01)]
+    status = {r["preset"]: r for r in cifar.round2_status({"r2_lr": {"runs": runs}, "r2_fitted": None})}
+    lr = status["r2_lr"]
+    n_planned = len(cfg.seeds) * (2 * len(cfg.lrs) + len(cfg.frame_lrs))  # A0 and qknorm on lrs, A1 on frame lrs
+    assert lr["planned"] == n_planned and lr["done"] == len(cfg.lrs) + 1
+    assert lr["missing"] == {"A0": len(cfg.lrs), "A1": 2 * len(cfg.frame_lrs) - 1, "qknorm": 2 * len(cfg.lrs)}
+    fitted = status["r2_fitted"]
+    assert fitted["done"] == 0 and fitted["planned"] == 4 * 5
+    # the fitted study's A1 runs at a frame lr picked on the command line: arm, seed and fraction match
+    done = cifar.round2_status({"r2_fitted": {"runs": [rec("A1", 0, 0.6, frame_lr=0.3, frac=1.0)]}})[0]
+    assert done["done"] == 1 and done["missing"]["A1"] == 4
+
+
+def test_load_round2_gives_none_for_absent_files(monkeypatch, tmp_path):
+    (tmp_path / "cifar").mkdir()
+    (tmp_path / "cifar" / "r2_lr.json").write_text(json.dumps({"runs": []}))
+    monkeypatch.setattr("stiefel_mini.resources.CHECKOUT_RESULTS", tmp_path)
+    monkeypatch.setattr("stiefel_mini.resources.PACKAGED_RESULTS", tmp_path / "none")
+    files = cifar.load_round2(("r2_lr", "r2_fitted"))
+    assert files == {"r2_lr": {"runs": []}, "r2_fitted": None}
+    with pytest.raises(ValueError, match="unknown round-2 preset"):
+        cifar.load_round2(("r3",))
