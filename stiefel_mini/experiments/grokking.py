@@ -45,7 +45,7 @@ from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_op
 from stiefel_mini.experiments.config import ConfigError, cli, config_help, parse_cli, parse_config, preset, split_argv
 from stiefel_mini.experiments.records import config_dict, load_results, provenance, save_results
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
-from stiefel_mini.experiments.stats import compare, holm, summarize
+from stiefel_mini.experiments.stats import compare, holm, paired_differences, summarize, values
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 
 ARM_NAMES = ("adamw", "adamw_nodecay_qk", "stiefel", "frozen", "uniform")
@@ -482,13 +482,15 @@ TABLE_METRICS = (
 )
 
 
-def runs_by_arm(results: dict, weight_decay: float | None = None) -> dict[str, list[dict]]:
+def runs_by_arm(results: dict, weight_decay: float | None = None,
+                arms: Sequence[str] | None = None) -> dict[str, list[dict]]:
     """The runs of a sweep grouped by arm, each list in seed order, keeping only complete seeds.
 
-    A seed counts when every arm of the sweep has finished it, so every comparison is paired. In a
-    weight-decay sweep, ``weight_decay`` picks the runs at that value (required there).
+    A seed counts when every arm of the sweep (or of ``arms``, a subset) has finished it, so every
+    comparison is paired. In a weight-decay sweep, ``weight_decay`` picks the runs at that value
+    (required there).
     """
-    arms = list(results["sweep"]["arms"])
+    arms = list(results["sweep"]["arms"] if arms is None else arms)
     swept = bool(results["sweep"].get("weight_decays"))
     if swept and weight_decay is None:
         raise ValueError("this sweep varies weight_decay: pass weight_decay= one of "
@@ -535,6 +537,83 @@ def summary_table(results: dict, baseline: str = "adamw", weight_decay: float | 
     tested = [r for r in rows if "p_wilcoxon" in r]
     for r, p in zip(tested, holm([r["p_wilcoxon"] for r in tested])["adjusted"]):
         r["p_wilcoxon_holm"] = p
+    return rows
+
+
+# Direction and censoring of every metric a paired table can hold: (lower_is_better, censored).
+PAIRED_METRICS: dict[str, tuple[bool, bool]] = {
+    **{key: (lower, censored) for key, lower, censored in TABLE_METRICS},
+    "steps_above95": (False, False),
+    "max_logit_final": (False, False),
+    "mean_step_q": (False, False),
+}
+
+
+def seed_runs(results: dict, arm: str, weight_decay: float | None = None) -> dict[int, dict]:
+    """The finished runs of one arm, by seed (in a weight-decay sweep, those at ``weight_decay``).
+
+    Unlike :func:`runs_by_arm` this keeps every seed the arm has, whether or not the other arms
+    finished it: a growing results file can then be paired comparison by comparison.
+    """
+    swept = bool(results["sweep"].get("weight_decays"))
+    if swept and weight_decay is None:
+        raise ValueError("this sweep varies weight_decay: pass weight_decay= one of "
+                         f"{results['sweep']['weight_decays']}")
+    return {r["seed"]: r for r in sorted(results["runs"], key=lambda r: r["seed"])
+            if r["arm"] == arm and (not swept or r["weight_decay"] == weight_decay)}
+
+
+def paired_table(results: dict, pairs: Sequence[tuple[str, str]], metrics: Sequence[str],
+                 weight_decay: float | None = None, alpha: float = 0.05) -> list[dict]:
+    """Paired comparisons ``arm - baseline`` over the seeds both arms finished, Holm-corrected together.
+
+    One row per ``(arm, baseline)`` of ``pairs`` and metric of ``metrics`` (keys of
+    :data:`PAIRED_METRICS`), with ``seeds`` (those both arms have; a pair without a common seed gives
+    no row), the :func:`~stiefel_mini.experiments.stats.compare` numbers: ``median_arm`` /
+    ``median_baseline``, ``diff_median`` and its interval ``diff_low`` / ``diff_high`` named
+    ``diff_interval_name`` (``"range"``, the minimum and maximum, for n <= 5), ``wins`` / ``ties`` /
+    ``losses`` of ``arm``, exact two-sided ``p_sign`` and ``p_wilcoxon``; and ``p_sign_holm`` /
+    ``p_wilcoxon_holm``, each corrected by Holm's method across every row of the table (one family).
+    ``resolved``: both corrected p-values ``<= alpha``. Censoring (a "steps to" metric of a run that
+    never got there counts as ``+inf``) is reported, never dropped: ``n_censored_arm``,
+    ``n_censored_baseline`` and ``n_both_censored`` (seeds tied because neither arm got there).
+    """
+    import numpy as np
+
+    from stiefel_mini.experiments.stats import median_interval, sign_test, wilcoxon_signed_rank, wins
+
+    unknown = [m for m in metrics if m not in PAIRED_METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(PAIRED_METRICS)}")
+    rows = []
+    for arm, baseline in pairs:
+        runs_a = seed_runs(results, arm, weight_decay)
+        runs_b = seed_runs(results, baseline, weight_decay)
+        seeds = sorted(set(runs_a) & set(runs_b))
+        if not seeds:
+            continue
+        for key in metrics:
+            lower, censored = PAIRED_METRICS[key]
+            a = values([runs_a[s]["metrics"][key] for s in seeds], censored=censored)
+            b = values([runs_b[s]["metrics"][key] for s in seeds], censored=censored)
+            d = paired_differences(b, a)  # (n_seeds,) arm - baseline, both censored: 0
+            med = median_interval(d)
+            w = wins(b, a, lower_is_better=lower)
+            rows.append({
+                "arm": arm, "baseline": baseline, "metric": key, "seeds": seeds, "n": len(seeds),
+                "median_arm": summarize(a)["median"], "median_baseline": summarize(b)["median"],
+                "differences": d.tolist(), "diff_median": med["median"], "diff_low": med["low"],
+                "diff_high": med["high"], "diff_interval_name": med["name"],
+                "wins": w["wins"], "ties": w["ties"], "losses": w["losses"],
+                "p_sign": sign_test(d)["p"], "p_wilcoxon": wilcoxon_signed_rank(d)["p"],
+                "n_censored_arm": int(np.isinf(a).sum()), "n_censored_baseline": int(np.isinf(b).sum()),
+                "n_both_censored": int((np.isinf(a) & np.isinf(b)).sum()),
+            })
+    for test in ("p_sign", "p_wilcoxon"):
+        for r, p in zip(rows, holm([r[test] for r in rows])["adjusted"]):
+            r[f"{test}_holm"] = p
+    for r in rows:
+        r["resolved"] = r["p_sign_holm"] <= alpha and r["p_wilcoxon_holm"] <= alpha
     return rows
 
 

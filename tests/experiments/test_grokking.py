@@ -311,3 +311,44 @@ def test_summary_table_pairs_seeds_counts_censoring_and_corrects():
     assert s95["wins"] == 5 and s95["p_sign"] == 0.0625 and s95["p_wilcoxon"] == 0.0625
     assert s95["diff_interval_name"] == "range" and s95["diff_interval"][1] == -100
     assert s95["p_wilcoxon_holm"] >= s95["p_wilcoxon"] and "p_wilcoxon" not in b95
+
+
+def test_paired_table_pairs_each_comparison_on_its_own_seeds_and_corrects():
+    def run(arm, seed, s95, acc, wd=None):
+        m = {"steps_to_val95": s95, "final_val_acc": acc, "collapses10": 0}
+        return {"arm": arm, "seed": seed, "weight_decay": wd, "metrics": m}
+
+    # adamw and stiefel_learned on 5 seeds, uniform on 3 (a sweep still filling its file).
+    runs = [run("adamw", s, v, 0.9) for s, v in enumerate((400, 500, None, 600, 700))]
+    runs += [run("stiefel_learned", s, v, 0.95) for s, v in enumerate((200, 300, None, 500, 600))]
+    runs += [run("uniform", s, None, 0.5) for s in range(3)]
+    results = {"sweep": {"arms": ["adamw", "stiefel_learned", "uniform"]}, "runs": runs}
+    pairs = [("stiefel_learned", "adamw"), ("uniform", "adamw"), ("qknorm", "adamw")]
+    rows = G.paired_table(results, pairs, ["steps_to_val95", "final_val_acc"])
+    by = {(r["arm"], r["metric"]): r for r in rows}
+    assert len(rows) == 4  # qknorm has no run: no row
+    s95 = by[("stiefel_learned", "steps_to_val95")]
+    assert s95["seeds"] == [0, 1, 2, 3, 4] and s95["n_both_censored"] == 1 and s95["ties"] == 1
+    assert s95["wins"] == 4 and s95["losses"] == 0 and s95["p_sign"] == 0.125
+    assert s95["diff_interval_name"] == "range" and s95["diff_high"] == 0
+    u95 = by[("uniform", "steps_to_val95")]
+    assert u95["seeds"] == [0, 1, 2] and u95["n_censored_arm"] == 3 and u95["n_censored_baseline"] == 1
+    assert u95["wins"] == 0 and u95["losses"] == 2 and u95["ties"] == 1
+    assert u95["median_arm"] == math.inf
+    acc = by[("stiefel_learned", "final_val_acc")]
+    assert acc["diff_median"] == pytest.approx(0.05) and acc["wins"] == 5 and acc["p_wilcoxon"] == 0.0625
+    # Holm over the 4 rows: the smallest p (0.0625) is multiplied by 4.
+    assert acc["p_wilcoxon_holm"] == pytest.approx(0.25) and not acc["resolved"]
+    assert all(r["p_sign_holm"] >= r["p_sign"] for r in rows)
+    with pytest.raises(ValueError, match="unknown metric"):
+        G.paired_table(results, pairs, ["steps_to_nowhere"])
+
+
+def test_seed_runs_keeps_every_seed_of_an_arm_and_picks_the_decay():
+    runs = [{"arm": "adamw", "seed": s, "weight_decay": wd, "metrics": {}} for s in (2, 0) for wd in (0.1, 1.0)]
+    results = {"sweep": {"arms": ["adamw"], "weight_decays": [0.1, 1.0]}, "runs": runs}
+    picked = G.seed_runs(results, "adamw", weight_decay=0.1)
+    assert list(picked) == [0, 2] and all(r["weight_decay"] == 0.1 for r in picked.values())
+    with pytest.raises(ValueError, match="weight_decay"):
+        G.seed_runs(results, "adamw")
+    assert G.seed_runs(results, "qknorm", weight_decay=1.0) == {}
