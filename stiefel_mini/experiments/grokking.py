@@ -609,6 +609,16 @@ def paired_table(results: dict, pairs: Sequence[tuple[str, str]], metrics: Seque
                 "n_censored_arm": int(np.isinf(a).sum()), "n_censored_baseline": int(np.isinf(b).sum()),
                 "n_both_censored": int((np.isinf(a) & np.isinf(b)).sum()),
             })
+    return holm_rows(rows, alpha)
+
+
+def holm_rows(rows: list[dict], alpha: float = 0.05) -> list[dict]:
+    """Holm-correct the ``p_sign`` and ``p_wilcoxon`` of :func:`paired_table` rows as one family.
+
+    Sets ``p_sign_holm``, ``p_wilcoxon_holm`` and ``resolved`` (both ``<= alpha``) on every row, in
+    place, and returns the rows: use it to make one family of several tables (e.g. one per weight
+    decay), since each :func:`paired_table` corrects only its own rows.
+    """
     for test in ("p_sign", "p_wilcoxon"):
         for r, p in zip(rows, holm([r[test] for r in rows])["adjusted"]):
             r[f"{test}_holm"] = p

@@ -352,3 +352,11 @@ def test_seed_runs_keeps_every_seed_of_an_arm_and_picks_the_decay():
     with pytest.raises(ValueError, match="weight_decay"):
         G.seed_runs(results, "adamw")
     assert G.seed_runs(results, "qknorm", weight_decay=1.0) == {}
+
+
+def test_holm_rows_makes_one_family_of_several_tables():
+    rows = [{"p_sign": 0.0625, "p_wilcoxon": 0.0625}, {"p_sign": 0.01, "p_wilcoxon": 0.02}]
+    out = G.holm_rows(rows)
+    assert out is rows and rows[1]["p_sign_holm"] == pytest.approx(0.02)
+    assert rows[1]["p_wilcoxon_holm"] == pytest.approx(0.04) and rows[1]["resolved"]
+    assert rows[0]["p_sign_holm"] == pytest.approx(0.0625) and not rows[0]["resolved"]
