@@ -104,3 +104,27 @@ def test_holm_across_the_table_and_censored_pairs(tmp_path):
     assert c[0]["p_holm"] == pytest.approx(3 * 2.0 ** -11) and c[0]["resolved"]
     verdicts.correct(c * 200)  # a family of 400 equal p-values: none survives
     assert not c[0]["resolved"]
+
+
+def test_round2_cifar_files_enter_with_their_frame_lr_and_drift(tmp_path):
+    """Round-2 files (one setting per arm) add regimes; the words follow how far the frames moved."""
+    _cifar_file(tmp_path / "results/cifar/cpu.json", 5000, [-0.010, -0.012, -0.011])
+    runs = []
+    for seed in range(5):
+        for arm, acc, drift in (("A0", 0.60, 0.1), ("A1", 0.61, 0.3), ("A3", 0.55, 0.0),
+                                ("stiefel_canonical", 0.61, 0.3)):
+            runs.append({"arm": arm, "seed": seed, "train_fraction": 1.0, "n_train": 50_000, "test_acc": acc,
+                         "qk_step_mean": 1.0 if arm == "A0" else 0.5, "qk_drift": drift})
+    settings = {"patch_size": 8, "d_model": 96, "depth": 3, "epochs": 6, "steps": 2000, "lr": 1e-3,
+                "frame_lr": 0.1}
+    (tmp_path / "results/cifar/r2_scaling.json").write_text(json.dumps({"settings": settings, "runs": runs}))
+    rows = verdicts.claim_verdicts(tmp_path)
+    acc = _verdict(rows, "+8.98")
+    assert any("50,000 train images, 2,000 steps, lr 0.001, frame lr 0.1, 5 seeds" in reg for reg, _ in acc["evidence"])
+    assert "all 50,000 training images" not in acc["not_tested"]
+    freeze = _verdict(rows, "Freezing")["verdict"]
+    assert freeze.startswith("StiefelAdam's frames drift up to 30% from their start") and "barely" not in freeze
+    cause = _verdict(rows, "The gain comes")
+    assert any("A1 − canonical projector: +0.00 pp" in t for _, t in cause["evidence"])
+    assert "not tested with power (fewer than 6 seeds)" in cause["verdict"]
+    assert _verdict(rows, "The Q/K steps")["verdict"].startswith("Measured 2-50x")
