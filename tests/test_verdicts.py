@@ -128,3 +128,24 @@ def test_round2_cifar_files_enter_with_their_frame_lr_and_drift(tmp_path):
     assert any("A1 − canonical projector: +0.00 pp" in t for _, t in cause["evidence"])
     assert "not tested with power (fewer than 6 seeds)" in cause["verdict"]
     assert _verdict(rows, "The Q/K steps")["verdict"].startswith("Measured 2-50x")
+
+
+def test_grokking_verdict_reads_round_two_files(tmp_path):
+    """Round 2's files pair stiefel_learned with adamw, each file's setting named in the verdict;
+    a pair in which both runs never reached 95% ties and leaves the mean undefined."""
+    cfg = {"p": 59, "train_frac": 0.3, "steps": 1800, "lr": 0.01, "weight_decay": 1.0}
+    (tmp_path / "results/grokking").mkdir(parents=True)
+    r1 = [{"arm": arm, "seed": s, "metrics": {"steps_to_val95": v + s, "final_val_acc": 1.0}}
+          for s in range(5) for arm, v in (("adamw", 1000), ("stiefel", 700), ("frozen", 650))]
+    r2 = [{"arm": arm, "seed": s, "metrics": {"steps_to_val95": v, "final_val_acc": 0.5}}
+          for s in range(5) for arm, v in (("adamw", 1000 + s), ("stiefel_learned", None), ("frozen_learned", None))]
+    (tmp_path / "results/grokking/cpu.json").write_text(json.dumps({"base_config": cfg, "runs": r1}))
+    (tmp_path / "results/grokking/r2_short.json").write_text(
+        json.dumps({"base_config": {**cfg, "logit_rms_init": 1.0}, "runs": r2}))
+    g = _verdict(verdicts.claim_verdicts(tmp_path), "Grokking")
+    assert g["verdict"] == ("Groks sooner than AdamW on 5/5 seeds (not resolved), but so do frozen random frames "
+                            "(fixed logit scale, 1,800 steps); no sooner than AdamW on 0/5 seeds (not resolved) "
+                            "(learned temperature, 1,800 steps)")
+    r2_ev = [t for reg, t in g["evidence"] if "logit RMS 1" in reg]
+    assert r2_ev[0].startswith("steps to 95% validation, stiefel_learned − adamw: 5 of 5 pairs censored")
+    assert r2_ev[2].startswith("steps to 95%, stiefel_learned − never-trained frozen frames: 5 of 5 pairs censored")
