@@ -69,7 +69,7 @@ def _tall(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
 
 def sym(A: Tensor) -> Tensor:
     """Symmetric part ``sym(A) = (A + A^T) / 2`` of square matrices ``(..., k, k)``."""
-    return 0.5 * (A + A.mT)
+    return (A + A.mT).mul_(0.5)
 
 
 def skew(A: Tensor) -> Tensor:
@@ -153,14 +153,20 @@ def _inv_sqrt_series(E: Tensor, degree: int) -> Tensor:
 
     Reference: Higham (2008), "Functions of Matrices", section 5.3 and chapter 6.
     """
-    eye = torch.eye(E.shape[-1], dtype=E.dtype, device=E.device)
     coeffs = [1.0]
     for k in range(1, degree + 1):
         coeffs.append(coeffs[-1] * -(2 * k - 1) / (2 * k))
     Z = coeffs[degree] * E
     for c in reversed(coeffs[1:degree]):
-        Z = E @ (Z + c * eye)
-    return Z + eye
+        _diagonal(Z).add_(c)  # Z + c I, touching only the diagonal
+        Z = E @ Z
+    _diagonal(Z).add_(1.0)
+    return Z
+
+
+def _diagonal(A: Tensor) -> Tensor:
+    """The diagonals of a batch of square matrices ``(..., p, p)`` as a writable view ``(..., p)``."""
+    return A.diagonal(dim1=-2, dim2=-1)
 
 
 # The series is used where ||M^T M - I||_F <= 1/4 (when no tighter bound is known).
@@ -168,7 +174,7 @@ SERIES_BOUND = 0.25
 
 
 def polar_factor_checked(
-    M: Tensor, bound: float | None = None, precision: torch.dtype | None = None
+    M: Tensor, bound: float | None = None, precision: torch.dtype | None = None, *, out: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """Orthogonal polar factor of tall ``(..., n, p)`` M and, per frame, whether it could be taken.
 
@@ -186,20 +192,21 @@ def polar_factor_checked(
     ``precision``: the dtype whose unit roundoff the series is summed to (default: M's; a frame
     that will be rounded to bf16 needs fewer terms). Each frame's result depends on that frame
     alone, and nothing is synchronised with the host, so the function compiles with
-    ``torch.compile(fullgraph=True)``.
+    ``torch.compile(fullgraph=True)``. ``out``: a tensor shaped as M (not M) to write the factor
+    into when ``bound`` is given (a preallocated buffer; ignored otherwise).
 
     Shapes: M ``(..., n, p)``, ``n >= p`` -> ``((..., n, p), (...))``.
     Reference: Higham (2008), "Functions of Matrices", theorem 8.4 and chapter 6.
     """
-    eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
-    E = M.mT @ M - eye
+    E = M.mT @ M
+    _diagonal(E).sub_(1.0)  # M^T M - I
     delta = torch.linalg.matrix_norm(E)  # (...)
     if bound is not None:
         ok = delta <= bound
         Z = _inv_sqrt_series(E, series_degree(bound, precision or M.dtype))
         # A refused frame is NaN: never a silently wrong frame.
-        Z = Z * torch.where(ok, 1.0, torch.nan).to(M.dtype)[..., None, None]
-        return M @ Z, ok
+        Z.mul_(torch.where(ok, 1.0, torch.nan).to(M.dtype)[..., None, None])
+        return torch.matmul(M, Z, out=out), ok
     near = delta <= SERIES_BOUND
     Z = _inv_sqrt_series(torch.where(near[..., None, None], E, 0.0), series_degree(SERIES_BOUND, precision or M.dtype))
     finite = torch.isfinite(M).flatten(-2).all(dim=-1)

@@ -186,9 +186,19 @@ def frame_update_checked(
     second_moment: str,
     projector: str,
     retraction: str,
+    buffers: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`stiefel_adam_frame_update`, plus ``ok`` ``(B,)``: per frame, whether the gradient was
-    finite and the retraction took the step (the frame is NaN where not)."""
+    finite and the retraction took the step (the frame is NaN where not).
+
+    ``buffers``: optional preallocated tensors, none aliasing an input, that the default rule
+    (``"frame"``, ``"euclidean"``, ``"polar"``, a cap) writes into instead of allocating:
+    ``"exp_avg"`` and ``"exp_avg_sq"`` receive the new moments, ``"frame"`` the new frames (all
+    three are returned), ``"scratch"`` (shaped as ``W``, compute dtype) the large intermediates.
+    :class:`StiefelAdam` passes persistent ones, so that a step allocates no frame-sized tensor.
+    """
+    buf = buffers or {}
+    out_m, out_v, scratch = buf.get("exp_avg"), buf.get("exp_avg_sq"), buf.get("scratch")
     f64 = torch.float64
     store = W.dtype
     dtype = _compute_dtype(store)
@@ -201,13 +211,17 @@ def frame_update_checked(
     if second_moment == "frame" and projector == "euclidean":
         Sg = sym(W.mT @ G)  # N, (B, p, p)
         Su = sym(W.mT @ exp_avg).mul_(beta1).add_(Sg, alpha=1 - beta1)  # sym(W^T u), (B, p, p)
-        m = torch.lerp(exp_avg, G, 1 - beta1).baddbmm_(W, Su, alpha=-1.0)  # P_W(beta1 m + (1-beta1) G)
+        m = torch.lerp(exp_avg, G, 1 - beta1, out=out_m)
+        m.baddbmm_(W, Su, alpha=-1.0)  # P_W(beta1 m + (1-beta1) G)
         # ||G||_F scaled by an exact power of two per frame, so that its square neither overflows
         # nor underflows in float32 whatever the gradient's scale; squared in float64.
-        g_max = torch.linalg.vector_norm(G, ord=math.inf, dim=(-2, -1), keepdim=True)  # (B, 1, 1)
+        g_max = torch.maximum(  # max |G_ij| (NaN if any is), without a temporary |G|: (B, 1, 1)
+            G.amax(dim=(-2, -1), keepdim=True), G.amin(dim=(-2, -1), keepdim=True).neg()
+        )
         finite = torch.isfinite(g_max).view(-1)
         r = torch.ldexp(torch.ones_like(g_max), -torch.frexp(torch.where(finite.view(-1, 1, 1), g_max, 1.0))[1])
-        g_sq = (torch.linalg.vector_norm(G * r, dim=(-2, -1), keepdim=True).to(f64) / r.to(f64)).square()
+        Gr = torch.mul(G, r, out=scratch)
+        g_sq = (torch.linalg.vector_norm(Gr, dim=(-2, -1), keepdim=True).to(f64) / r.to(f64)).square()
         n_sq = Sg.to(f64).square().sum(dim=(-2, -1), keepdim=True)
         sample = (g_sq - n_sq).clamp_min(0.0) + tau2 * n_sq  # ||xi||^2 + tau^2 ||N||^2, (B, 1, 1)
     else:
@@ -217,12 +231,12 @@ def frame_update_checked(
             normal = W @ sym(W.mT @ G)  # W N, (B, n, p)
             xi = G - normal if projector == "euclidean" else canonical_gradient(W, G)
             m_t = project_tangent(W, exp_avg)
-        m = torch.lerp(m_t, xi, 1 - beta1)
+        m = torch.lerp(m_t, xi, 1 - beta1, out=out_m)
         sample = second_moment_sample(xi, second_moment)
         if normal is not None and second_moment == "column":
             sample = sample + tau2 * second_moment_sample(normal, second_moment)
         finite = torch.isfinite(sample).flatten(1).all(dim=1)
-    v = exp_avg_sq * beta2 + sample * (1 - beta2)
+    v = torch.add(exp_avg_sq * beta2, sample * (1 - beta2), out=out_v)
     scale = 1 / (bias1 * ((v / bias2).sqrt() + eps))  # D = m * scale, float64
     M = S = None  # W + S is formed directly for the polar retraction
     if second_moment == "frame":
@@ -230,10 +244,10 @@ def frame_update_checked(
         # scalar times m, one pass over the frame.
         coef = (-lr * scale).to(dtype)  # (B, 1, 1); of order lr / ||G||, a float32 number
         if max_step is not None:
-            S = m * coef  # of length about lr: its float32 norm is safe
+            S = torch.mul(m, coef, out=scratch)  # of length about lr: its float32 norm is safe
             factor = cap_factor(torch.linalg.vector_norm(S, dim=(-2, -1), keepdim=True), max_step)
             if retraction == "polar":
-                M = torch.addcmul(W, S, factor)  # W + S, capped
+                M = torch.addcmul(W, S, factor, out=scratch)  # W + S, capped (over S, elementwise)
             else:
                 S = S * factor
         elif retraction == "polar":
@@ -256,7 +270,7 @@ def frame_update_checked(
             reach = max_step**2 + (2 * max_step if projector == "none" else 0.0) + _FRAME_MARGIN
             if reach <= SERIES_BOUND:
                 bound = reach if dtype == store else SERIES_BOUND
-        W_new, ok = polar_factor_checked(W + S if M is None else M, bound)
+        W_new, ok = polar_factor_checked(W + S if M is None else M, bound, out=buf.get("frame"))
     else:
         W_new, ok = retract_checked(W, S, retraction)
     return W_new.to(store), m, v, ok & finite
@@ -271,6 +285,11 @@ def _to_tall(t: Tensor, wide: bool) -> Tensor:
 def _from_tall(t: Tensor, shape: torch.Size, wide: bool) -> Tensor:
     """Inverse of :func:`_to_tall`: a batch ``(B, a, b)`` back to the parameter layout ``shape``."""
     return (t.mT if wide else t).reshape(shape)
+
+
+def _view_from_tall(t: Tensor, shape: tuple[int, ...], wide: bool) -> Tensor:
+    """:func:`_from_tall` as a view of ``t`` (raises rather than copying): state that aliases a batch."""
+    return (t.mT if wide else t).view(shape)
 
 
 class StiefelAdam(torch.optim.Optimizer):
@@ -542,25 +561,20 @@ class StiefelAdam(torch.optim.Optimizer):
         return [self._bucket_update(index, group, ps) for ps in buckets.values()]
 
     def _bucket_update(self, index: int, group: dict[str, Any], ps: list[Tensor]) -> _BucketUpdate:
-        # Bookkeeping only: stack the bucket into tall batches and call the rule.
+        # Bookkeeping only: gather the bucket into its batches and call the rule.
         beta1, beta2 = group["betas"]
+        bucket = self._bucket(ps)
         states = [self.state[p] for p in ps]
-        wides = [is_wide(p) for p in ps]
-        counts = [p.shape[:-2].numel() for p in ps]
-
-        def batch(ts: Iterable[Tensor]) -> Tensor:  # per-parameter tensors -> (B, ., .)
-            return torch.cat([_to_tall(t, w) for t, w in zip(ts, wides)])
-
         steps = [float(s["step"]) + 1 for s in states]
         step: Tensor | float = steps[0]
         if len(set(steps)) > 1:  # parameters added at different times: a count per frame
-            step = torch.tensor(steps, dtype=torch.float64).repeat_interleave(torch.tensor(counts))
+            step = torch.tensor(steps, dtype=torch.float64).repeat_interleave(torch.tensor(bucket.counts))
             step = step.to(ps[0].device).view(-1, 1, 1)
-        W_new, m, v, ok = frame_update_checked(
-            batch(ps),  # (B, n, k)
-            batch(p.grad for p in ps),  # (B, n, k)
-            batch(s["exp_avg"] for s in states),  # (B, n, k)
-            batch(s["exp_avg_sq"] for s in states),  # (B, 1, 1), (B, 1, k) or (B, n, k)
+        W_new, _, _, ok = frame_update_checked(
+            bucket.gather(ps, bucket.W),  # (B, n, k)
+            bucket.gather([p.grad for p in ps], bucket.G),  # (B, n, k)
+            bucket.m[bucket.current],  # (B, n, k)
+            bucket.v[bucket.current],  # (B, 1, 1), (B, 1, k) or (B, n, k)
             step,
             lr=group["lr"],
             beta1=beta1,
@@ -570,23 +584,92 @@ class StiefelAdam(torch.optim.Optimizer):
             second_moment=group["second_moment"],
             projector=group["projector"],
             retraction=group["retraction"],
+            buffers=bucket.buffers(),
         )
-        return _BucketUpdate(index, ps, states, wides, counts, W_new, m, v, ok)
+        return _BucketUpdate(index, ps, states, bucket, W_new, ok)
+
+    def _bucket(self, ps: list[Tensor]) -> _Bucket:
+        """The persistent batches of a bucket, made anew when its parameters or their state changed."""
+        cache = self.__dict__.setdefault("_buckets", {})  # not part of state_dict or pickles
+        key = tuple(id(p) for p in ps)
+        states = [self.state[p] for p in ps]
+        bucket = cache.get(key)
+        if bucket is None or not bucket.holds(ps, states):
+            for other in [k for k in cache if not set(k).isdisjoint(key)]:
+                del cache[other]  # its parameters' state moves into the new bucket
+            bucket = cache[key] = _Bucket(ps, states)
+        return bucket
+
+
+class _Bucket:
+    """Persistent batched tensors of a bucket of frames: the frames' state lives in them.
+
+    ``m`` and ``v`` are two pairs of tall batches ``(B, n, k)`` / ``(B, ., .)``: the state of the
+    bucket's parameters is a view of pair ``current``, and a step writes its new moments into the
+    other pair, so a refused step leaves the state untouched and an accepted one only swaps the
+    views (no moment is stacked or copied back). ``W`` and ``G`` receive the frames and gradients.
+    ``load_state_dict`` or any replacement of a state tensor is detected by :meth:`holds`, and the
+    bucket is then stacked anew from the state.
+    """
+
+    def __init__(self, ps: list[Tensor], states: list[dict[str, Any]]) -> None:
+        self.ps = list(ps)
+        self.wides = [is_wide(p) for p in ps]
+        self.counts = [p.shape[:-2].numel() for p in ps]
+        self.W = torch.cat([_to_tall(p.detach(), w) for p, w in zip(ps, self.wides)])  # (B, n, k)
+        self.G = torch.empty_like(self.W)
+        m = torch.cat([_to_tall(s["exp_avg"], w) for s, w in zip(states, self.wides)])  # (B, n, k)
+        v = torch.cat([_to_tall(s["exp_avg_sq"], w) for s, w in zip(states, self.wides)])
+        self.m, self.v = (m, torch.empty_like(m)), (v, torch.empty_like(v))
+        self.current = 0
+        self.scratch = torch.empty_like(m)  # (B, n, k), compute dtype
+        self.frame = torch.empty_like(self.W)  # (B, n, k), the frames' dtype
+        self.views = [self._views(i) for i in (0, 1)]
+        self.attach(states, 0)
+
+    def _views(self, i: int) -> list[tuple[Tensor, Tensor]]:
+        """Per parameter, ``(exp_avg, exp_avg_sq)`` in the parameter's layout, viewing pair ``i``."""
+        return [
+            (_view_from_tall(mi, p.shape, w), _view_from_tall(vi, _v_state_shape_of(vi, p, w), w))
+            for p, w, mi, vi in zip(self.ps, self.wides, self.m[i].split(self.counts), self.v[i].split(self.counts))
+        ]
+
+    def attach(self, states: list[dict[str, Any]], i: int) -> None:
+        """Make pair ``i`` the state: each parameter's ``exp_avg`` / ``exp_avg_sq`` become its views."""
+        self.current = i
+        for s, (m, v) in zip(states, self.views[i]):
+            s["exp_avg"], s["exp_avg_sq"] = m, v
+
+    def holds(self, ps: list[Tensor], states: list[dict[str, Any]]) -> bool:
+        """Whether the state of ``ps`` is still this bucket's current pair (nothing replaced it)."""
+        return all(p is q for p, q in zip(ps, self.ps)) and all(
+            s["exp_avg"] is m and s["exp_avg_sq"] is v for s, (m, v) in zip(states, self.views[self.current])
+        )
+
+    def buffers(self) -> dict[str, Tensor]:
+        """Where the rule writes: the other moment pair, the scratch, the new frames."""
+        other = 1 - self.current
+        return {"exp_avg": self.m[other], "exp_avg_sq": self.v[other], "scratch": self.scratch,
+                "frame": self.frame if self.frame.dtype == self.scratch.dtype else None}
+
+    def gather(self, ts: list[Tensor], out: Tensor) -> Tensor:
+        """Stack per-parameter tensors into ``out`` in tall layout: ``(B, n, k)``."""
+        return torch.cat([_to_tall(t, w) for t, w in zip(ts, self.wides)], out=out)
 
 
 class _BucketUpdate:
     """A computed, not yet applied, update of one bucket of frames; ``commit`` writes it back."""
 
-    def __init__(self, group_index, ps, states, wides, counts, W_new, m, v, ok) -> None:
-        self.group_index, self.ps, self.states, self.wides, self.counts = group_index, ps, states, wides, counts
-        self.W_new, self.m, self.v, self.ok = W_new, m, v, ok
+    def __init__(self, group_index, ps, states, bucket, W_new, ok) -> None:
+        self.group_index, self.ps, self.states, self.bucket = group_index, ps, states, bucket
+        self.W_new, self.ok = W_new, ok
+        self.counts = bucket.counts
 
     def commit(self) -> None:
-        splits = zip(self.W_new.split(self.counts), self.m.split(self.counts), self.v.split(self.counts))
-        for p, s, w, (Wi, mi, vi) in zip(self.ps, self.states, self.wides, splits):
+        for p, w, Wi in zip(self.ps, self.bucket.wides, self.W_new.split(self.counts)):
             p.copy_(_from_tall(Wi, p.shape, w))
-            s["exp_avg"].copy_(_from_tall(mi, p.shape, w))
-            s["exp_avg_sq"].copy_(_from_tall(vi, s["exp_avg_sq"].shape, w))
+        self.bucket.attach(self.states, 1 - self.bucket.current)
+        for s in self.states:
             s["step"] += 1
 
 
@@ -614,6 +697,12 @@ def _diagnose(u: _BucketUpdate) -> ValueError:
 def _v_shape(mode: str, n: int, k: int) -> tuple[int, int]:
     """Trailing shape of the second moment of one tall ``n x k`` frame."""
     return {"frame": (1, 1), "column": (1, k), "element": (n, k)}[mode]
+
+
+def _v_state_shape_of(v: Tensor, p: Tensor, wide: bool) -> tuple[int, ...]:
+    """Shape of a frame parameter ``p``'s second moment, given its tall batch slice ``v`` ``(b, a, c)``."""
+    a, c = v.shape[-2:]
+    return (*p.shape[:-2], c, a) if wide else (*p.shape[:-2], a, c)
 
 
 def _v_state_shape(p: Tensor, mode: str) -> tuple[int, ...]:

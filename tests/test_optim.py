@@ -11,6 +11,7 @@ below cheap and makes "the same gradients" exact when two runs are compared.
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 
@@ -774,3 +775,48 @@ def test_rejected_param_group_is_not_added():
         assert len(opt.param_groups) == 1
     opt.add_param_group({"params": (p for p in [frame(4, 2, seed=3)]), "stiefel": True})
     assert len(opt.param_groups[1]["params"]) == 1
+
+
+def test_state_edits_reloads_and_changing_buckets_reach_the_step():
+    """The frames' state lives in persistent batches (views): edits of a state tensor, a reload of
+    the state and a change of which frames have gradients must all reach the next step exactly
+    as they would for one optimizer per frame."""
+    shapes = [(2, 9, 3), (9, 3), (3, 9)]  # a batch of frames, a tall and a wide frame: one bucket
+
+    def setup():
+        ps = [nn.Parameter(frame(*s[-2:], seed=30 + i) if len(s) == 2 else
+                           torch.stack([frame(9, 3, seed=40 + j) for j in range(2)]))
+              for i, s in enumerate(shapes)]
+        ps[2] = nn.Parameter(frame(9, 3, seed=32).mT.contiguous())
+        return ps
+
+    joint = setup()
+    single = setup()
+    opt = StiefelAdam(joint, stiefel=True, lr=0.05)
+    opts = [StiefelAdam([p], stiefel=True, lr=0.05) for p in single]
+    g = gen(33)
+    for t in range(8):
+        grads = [torch.randn(p.shape, generator=g) for p in joint]
+        for i, (p, q, gr) in enumerate(zip(joint, single, grads)):
+            skip = t == 3 and i == 1  # frame 1 has no gradient at step 3: the bucket changes
+            p.grad = None if skip else gr.clone()
+            q.grad = None if skip else gr.clone()
+        opt.step()
+        for o in opts:
+            o.step()
+        if t == 4:  # an in-place edit of one frame's state
+            opt.state[joint[0]]["exp_avg"].mul_(0.5)
+            opts[0].state[single[0]]["exp_avg"].mul_(0.5)
+        if t == 2:
+            saved = [copy.deepcopy(o.state_dict()) for o in [opt, *opts]]
+        if t == 5:  # an earlier state (from step 3) reloaded: into the same optimizer, and into
+            opt.load_state_dict(saved[0])  # fresh ones for the reference
+            opts = [StiefelAdam([q], stiefel=True, lr=0.05) for q in single]
+            for o, sd in zip(opts, saved[1:]):
+                o.load_state_dict(sd)
+    for p, q, o in zip(joint, single, opts):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opt.state[p][key], o.state[q][key], rtol=1e-5, atol=1e-7)
+        assert opt.state[p]["step"] == 5  # 3 at the saved point, then 2 after the reload
+    assert (joint[0] - setup()[0]).abs().max() > 0.05  # and the frames moved
