@@ -186,12 +186,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")
+    ap.add_argument("--no-others", action="store_true",
+                    help="leave out POGO and geoopt (only AdamW, StiefelAdam and the floor)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 
     names = ["AdamW", "StiefelAdam"]
-    for name, module in (("POGO", "pogo"), ("geoopt", "geoopt")):
+    for name, module in (("POGO", "pogo"), ("geoopt", "geoopt")) if not args.no_others else ():
         if importlib.util.find_spec(module) is None:
             print(f"{module} not installed: the {name} column is left out (pip install -e '.[bench]')")
         else:
