@@ -744,6 +744,7 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
     decays = tuple(float(w) for w in sweep_cfg.weight_decays) or (float(base.weight_decay),)
     wild = {"arm": "*", "seed": -1, **({"weight_decay": -1.0} if sweep_cfg.weight_decays else {})}
     base_dict = config_dict(dataclasses.replace(base, **wild))
+    set_threads(base.threads)  # before the provenance records torch's thread count
     prov = provenance(base, sweep_cfg.seeds, command)
     payload = {
         "experiment": "grokking",

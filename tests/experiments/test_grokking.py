@@ -181,7 +181,8 @@ def test_cli_writes_results_with_provenance(tmp_path, capsys):
 
 
 def test_sweep_writes_incrementally_and_resumes(tmp_path):
-    base = _small("adamw", steps=6, eval_every=3)
+    torch.set_num_threads(2)  # the sweep's own setting, not the caller's, is what it records
+    base = dataclasses.replace(_small("adamw", steps=6, eval_every=3), threads=1)
     scfg = G.SweepConfig(seeds=(0, 1), arms=("adamw", "uniform"), out=str(tmp_path / "r.json"),
                          repro_arm="adamw", repro_steps=3)
     payload = G.sweep(scfg, base, command="test")
@@ -189,6 +190,7 @@ def test_sweep_writes_incrementally_and_resumes(tmp_path):
                                                                  (1, "adamw"), (1, "uniform")]
     stored = load_results(scfg.out)
     assert stored["provenance"]["command"] == "test" and stored["repro"]["history"]["step"] == [0, 3]
+    assert stored["provenance"]["torch_threads"] == 1
     again = G.sweep(dataclasses.replace(scfg, seeds=(0, 1, 2)), base, command="again")
     assert len(again["runs"]) == 6 and again["runs"][0] == stored["runs"][0]
     assert [p["command"] for p in again["provenance_previous"]] == ["test"]
