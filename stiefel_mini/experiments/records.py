@@ -76,7 +76,8 @@ def provenance(
     if not isinstance(command, str):
         command = shlex.join(str(c) for c in command)
     commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    # A sweep's own results file may be tracked and rewritten as it runs: it is output, not code.
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results/**/*.json")
     return {
         "command": command,
         "git_commit": commit,
