@@ -146,11 +146,13 @@ PRESETS: dict[str, CifarConfig] = {
 # results/ROUND2_PLAN.md. Set --frame_lr to A1's best frame lr from r2_lr for r2_fitted / r2_ablation.
 _R2 = dict(augment=False, seeding="streams", eval_every=2, log_every=50, repro_steps=30)
 ROUND2_PLANS: dict[str, CifarConfig] = {
-    # Learning-rate sensitivity (Wortsman et al. 2023): A0's lr (100x), A1's frame lr (1000x; the
-    # trust cap max_step = 0.1 binds from about 0.1 up) and QK-norm's lr, 15k images, 10 epochs.
+    # Learning-rate sensitivity (Wortsman et al. 2023): A0's lr (100x), A1's frame lr (10,000x; the
+    # trust cap max_step = 0.1 binds from about 0.1 up, so 3 and 10 bracket a best found at the first
+    # grid's top, 1.0) and QK-norm's lr, 15k images, 10 epochs.
     "r2_lr": CifarConfig(
         out="results/cifar/r2_lr.json", arms=("A0", "A1", "qknorm"), seeds=(0, 1), train_fractions=(0.3,),
-        epochs=10, lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2), frame_lrs=(1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0), **_R2),
+        epochs=10, lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2), frame_lrs=(1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0),
+        **_R2),
     # Fitted baselines on all 50k images, 10 epochs, 5 paired seeds.
     "r2_fitted": CifarConfig(
         out="results/cifar/r2_fitted.json", arms=("A0", "A1", "A3", "qknorm"), seeds=(0, 1, 2, 3, 4),
