@@ -694,6 +694,10 @@ class SweepConfig:
     # A weight-decay sweep: every (seed, arm) at each of these values of ``weight_decay`` (the decay
     # of every weight outside Q/K; the Q/K rules' own decay as in arms.make_optimizer). () = no sweep.
     weight_decays: tuple[float, ...] = ()
+    # A results file of the same base config (weight decay aside), e.g. r2_long.json: its finished
+    # runs of this sweep's arms and seeds, at a decay of this sweep's grid, are copied (marked
+    # ``copied_from``) instead of being run again. None = run everything.
+    reuse: str | None = None
 
 
 SWEEP_PLANS: dict[str, SweepConfig] = {
@@ -704,10 +708,11 @@ SWEEP_PLANS: dict[str, SweepConfig] = {
     # The same arms at round 1's 1,800 steps: time to grok, with paired seeds, cheaply.
     "r2_short": SweepConfig(seeds=(0, 1, 2, 3, 4), arms=ROUND2_ARMS, out="results/grokking/r2_short.json",
                             preset="short", repro_arm="stiefel_learned", repro_steps=100),
-    # Weight decay of the rest of the model, 0.1 .. 3 (30x), AdamW against Stiefel, long horizon.
+    # Weight decay of the rest of the model, 0.1 .. 3 (30x), AdamW against Stiefel, long horizon;
+    # decay 1.0 is r2_long's own, so those runs are copied from it.
     "r2_wd": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"), out="results/grokking/r2_wd.json",
                          preset="long", history_points=400, repro_arm="stiefel_learned", repro_steps=100,
-                         weight_decays=(0.1, 0.3, 1.0, 3.0)),
+                         weight_decays=(0.1, 0.3, 1.0, 3.0), reuse="results/grokking/r2_long.json"),
     # Nanda et al.'s p = 113 recipe (20,000 steps).
     "r2_reference": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"),
                                 out="results/grokking/r2_reference.json", preset="reference", history_points=400,
@@ -730,6 +735,32 @@ def run_key(r: dict, base: GrokkingConfig) -> tuple:
     return (r["arm"], int(r["seed"]), float(r.get("weight_decay", base.weight_decay)))
 
 
+def reusable_runs(sweep_cfg: SweepConfig, base: GrokkingConfig) -> dict[tuple, dict]:
+    """The runs of ``sweep_cfg.reuse`` that ``sweep`` would otherwise make, keyed ``(arm, seed, wd)``.
+
+    The file must hold the same base config as ``base`` in every field but ``weight_decay``
+    (``ValueError`` naming the fields otherwise); only its runs of the sweep's arms and seeds at a
+    decay of the sweep's grid count.
+    """
+    if sweep_cfg.reuse is None:
+        return {}
+    src = load_results(sweep_cfg.reuse)
+    src_base = dict(src["base_config"])
+    mine = config_dict(dataclasses.replace(base, arm="*", seed=-1))
+    changed = sorted(k for k in mine if k != "weight_decay" and src_base.get(k) != mine[k])
+    if changed:
+        raise ValueError(f"reuse={sweep_cfg.reuse} holds runs of another base config (fields {changed}); "
+                         "reuse a file of the same preset, or drop reuse")
+    decays = {float(w) for w in sweep_cfg.weight_decays} or {float(base.weight_decay)}
+    out = {}
+    for r in src["runs"]:
+        # a file without a decay sweep: its runs are at its base config's decay
+        key = (r["arm"], int(r["seed"]), float(r.get("weight_decay", src_base["weight_decay"])))
+        if key[0] in sweep_cfg.arms and key[1] in sweep_cfg.seeds and key[2] in decays:
+            out[key] = {**r, "weight_decay": key[2], "copied_from": sweep_cfg.reuse}
+    return out
+
+
 def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = None) -> dict:
     """Run every (seed, weight decay, arm), writing ``sweep_cfg.out`` after each; resume from a file.
 
@@ -738,7 +769,8 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
     it stopped; the provenance of the earlier invocations is kept in ``provenance_previous``, and
     each run records the commit (``git_commit``, ``git_dirty``) it ran at. A file with a different
     base config raises a ``ValueError`` rather than being overwritten. Runs of ``redo_arms`` are
-    dropped first and run again. Seed-major order makes every completed seed a complete set of pairs.
+    dropped first and run again. Runs of ``sweep_cfg.reuse`` (:func:`reusable_runs`) are copied in
+    their turn instead of being run. Seed-major order makes every completed seed a complete set of pairs.
     """
     out_path = Path(sweep_cfg.out)
     decays = tuple(float(w) for w in sweep_cfg.weight_decays) or (float(base.weight_decay),)
@@ -771,11 +803,16 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
             progress=False, weight_decay=decays[-1] if sweep_cfg.weight_decays else base.weight_decay))
         save_results(out_path, payload)
     done = {run_key(r, base) for r in payload["runs"]}
+    reusable = reusable_runs(sweep_cfg, base)
     t_start = time.perf_counter()
     for seed in sweep_cfg.seeds:
         for wd in decays:
             for arm in sweep_cfg.arms:
                 if (arm, seed, wd) in done:
+                    continue
+                if (arm, seed, wd) in reusable:
+                    payload["runs"].append(reusable[(arm, seed, wd)])
+                    save_results(out_path, payload)
                     continue
                 result = run(dataclasses.replace(base, arm=arm, seed=seed, weight_decay=wd))
                 payload["runs"].append({

@@ -218,6 +218,28 @@ def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
         G.sweep(scfg, dataclasses.replace(base, steps=7))
 
 
+def test_weight_decay_sweep_copies_runs_it_can_reuse(tmp_path):
+    base = dataclasses.replace(G.PRESETS["tiny"], steps=6)
+    plan = dataclasses.replace(G.SWEEP_PLANS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
+    src = G.sweep(dataclasses.replace(plan, arms=("adamw", "frozen_learned"), seeds=(0, 1),
+                                      out=str(tmp_path / "long.json")), base, command="long")
+    wd_plan = dataclasses.replace(plan, weight_decays=(0.1, base.weight_decay), out=str(tmp_path / "wd.json"),
+                                  reuse=str(tmp_path / "long.json"))
+    got = G.sweep(wd_plan, base, command="wd")
+    keys = [(r["arm"], r["seed"], r["weight_decay"], r.get("copied_from")) for r in got["runs"]]
+    # seed 1 and frozen_learned are not this sweep's; stiefel_learned at the base decay is not in the file
+    assert keys == [("adamw", 0, 0.1, None), ("stiefel_learned", 0, 0.1, None),
+                    ("adamw", 0, base.weight_decay, wd_plan.reuse), ("stiefel_learned", 0, base.weight_decay, None)]
+    copied, ran = got["runs"][2], got["runs"][3]
+    assert copied["metrics"] == src["runs"][0]["metrics"] and copied["history"] == src["runs"][0]["history"]
+    # the copy is the run this sweep would have made
+    fresh = G.run(dataclasses.replace(base, arm="adamw", seed=0, weight_decay=base.weight_decay))
+    assert fresh["metrics"] == copied["metrics"]
+    assert ran["metrics"] != got["runs"][1]["metrics"]  # the decay reached the run
+    with pytest.raises(ValueError, match=r"another base config \(fields \['steps'\]\)"):
+        G.reusable_runs(wd_plan, dataclasses.replace(base, steps=7))
+
+
 def test_merge_results_of_parallel_sweeps(tmp_path):
     base = dataclasses.replace(G.PRESETS["tiny"], steps=6)
     plan = dataclasses.replace(G.SWEEP_PLANS["tiny"], arms=("adamw", "stiefel_learned"))
