@@ -54,12 +54,21 @@ def values(xs: Iterable[float | None], *, censored: bool = False) -> np.ndarray:
 
 
 def _quantile(x: np.ndarray, q: float) -> float:
-    """Linear-interpolation quantile (numpy's default) that stays exact when entries are infinite."""
+    """Linear-interpolation quantile (numpy's default) that stays exact when entries are infinite.
+
+    Between a finite value and an infinite one the quantile is that infinity; between ``-inf``
+    and ``+inf`` (paired differences of runs censored in opposite arms) it is undetermined:
+    ``nan``, stated rather than guessed.
+    """
     x = np.sort(x)
     pos = q * (x.size - 1)
     lo, hi = int(math.floor(pos)), int(math.ceil(pos))
     if pos == lo or x[lo] == x[hi]:
         return float(x[lo])
+    if np.isinf(x[lo]) and np.isinf(x[hi]):
+        return math.nan
+    if np.isinf(x[lo]) or np.isinf(x[hi]):  # the formula below would give -inf + inf = nan
+        return float(x[lo] if np.isinf(x[lo]) else x[hi])
     return float(x[lo] + (pos - lo) * (x[hi] - x[lo]))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -121,3 +122,13 @@ def test_paired_differences_wins_and_compare():
     c = stats.compare([1, 2, 3, 4, 5], [2, 3, 4, 5, 7])
     assert c["differences"] == [1, 1, 1, 1, 2] and c["p_sign"] == 0.0625 and c["p_wilcoxon"] == 0.0625
     assert c["mean_difference_t_interval"][0] > 0
+
+
+def test_quantiles_next_to_infinite_values():
+    # censored differences: -inf .. +inf has no quantile, finite .. inf is inf (numpy gives nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no RuntimeWarning from inf - inf
+        assert math.isnan(stats.summarize([-math.inf, math.inf, -math.inf, math.inf])["median"])
+        s = stats.summarize([-math.inf, math.inf, -1.0, 2.0])
+        assert s["median"] == 0.5 and s["q25"] == -math.inf and s["q75"] == math.inf
+        assert stats.summarize([-math.inf, math.inf, 3.0])["median"] == 3.0
