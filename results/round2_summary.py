@@ -3,10 +3,10 @@
     PYTHONPATH=. python3 results/round2_summary.py            # every results/*/r2_*.json present
 
 Grokking: each file's runs (files of one base config are merged, e.g. r2_long.json + r2_long_b.json),
-one table per baseline (``adamw``; ``frozen_learned``, the flat-attention confound of issue 17) with
-medians, paired differences, exact sign / Wilcoxon p-values and the Wilcoxon p Holm-corrected across
-the table (``stats.holm``). CIFAR-10: lr curves, each arm at its own best lr against A0 at its best,
-and the summary table. Only seeds that every arm of a file finished are paired.
+one table per baseline (``adamw``; ``frozen_learned``, the flat-attention confound of issue 17) from
+``grokking.paired_table``: each comparison over the seeds both of its arms finished, medians, paired
+differences, exact sign / Wilcoxon p-values, both Holm-corrected across the table. CIFAR-10: lr
+curves, each arm at its own best lr against A0 at its best, and the summary table.
 """
 
 from __future__ import annotations
@@ -49,28 +49,25 @@ def grokking_tables(paths: list[Path]) -> None:
                   f"collapses10 {m.get('collapses10')} above95 {_fmt(m.get('share_above95'))} "
                   f"entropy {m['entropy_final']:.3f} max_logit {_fmt(m.get('max_logit_final'))} "
                   f"({r['wall_time_s'] / 60:.1f} min)")
+        arms = [a for a in res["sweep"]["arms"] if any(r["arm"] == a for r in res["runs"])]
         for wd in decays:
             for baseline in ("adamw", "frozen_learned"):
-                arms = [a for a in res["sweep"]["arms"] if any(r["arm"] == a for r in res["runs"])]
-                if baseline not in arms or len(arms) < 2:
-                    continue
-                sub = {**res, "sweep": {**res["sweep"], "arms": arms}}
-                try:
-                    rows = grokking.summary_table(sub, baseline=baseline, weight_decay=wd)
-                except ValueError as err:
-                    print(f"  (baseline {baseline}: {err})")
+                pairs = [(a, baseline) for a in arms if a != baseline]
+                # each pair over the seeds both arms have (arms may hold different numbers of seeds)
+                rows = grokking.paired_table(res, pairs, GROK_METRICS, weight_decay=wd) if baseline in arms else []
+                if not rows:
                     continue
                 print(f"\n  baseline {baseline}" + ("" if wd is None else f", weight decay {wd}") +
                       " (Holm across every comparison of this table)")
                 for row in rows:
-                    if row["metric"] not in GROK_METRICS or row["arm"] == baseline:
-                        continue
-                    print(f"  {row['arm']:<16} {row['metric']:<16} median {_fmt(row['median'])} "
-                          f"(censored {row['n_censored']}) diff {_fmt(row['diff_median'])} "
-                          f"[{row['diff_interval_name']} {_fmt(row['diff_interval'][0])}, "
-                          f"{_fmt(row['diff_interval'][1])}] wins {row['wins']}/{row['n']} ties {row['ties']} "
-                          f"p_sign {row['p_sign']:.3g} p_wilcoxon {row['p_wilcoxon']:.3g} "
-                          f"Holm {row['p_wilcoxon_holm']:.3g}")
+                    print(f"  {row['arm']:<16} {row['metric']:<16} n {row['n']} median {_fmt(row['median_arm'])} "
+                          f"vs {_fmt(row['median_baseline'])} (never: {row['n_censored_arm']} vs "
+                          f"{row['n_censored_baseline']}) diff {_fmt(row['diff_median'])} "
+                          f"[{row['diff_interval_name']} {_fmt(row['diff_low'])}, {_fmt(row['diff_high'])}] "
+                          f"better/tied/worse {row['wins']}/{row['ties']}/{row['losses']} "
+                          f"p_sign {row['p_sign']:.3g} p_wilcoxon {row['p_wilcoxon']:.3g} Holm "
+                          f"{row['p_sign_holm']:.3g} / {row['p_wilcoxon_holm']:.3g}"
+                          + (" resolved" if row["resolved"] else ""))
 
 
 def cifar_tables(paths: list[Path]) -> None:
