@@ -77,6 +77,7 @@ class CifarConfig:
     frame_lrs: tuple[float, ...] = ()  # frame-lr grid for StiefelAdam / polar arms (A1, A5, A7, ...); (): frame_lr
     out: str | None = None  # results JSON, rewritten after every run; an existing file is resumed
     repro_steps: int = 0  # > 0: the sweep first stores its first grid point, this many steps on the tiny set
+    redo_dirty: bool = False  # drop stored runs that record git_dirty: true and run them again
     # Data
     data_dir: str | None = None  # ImageFolder copy; None -> $STIEFEL_MINI_CIFAR_DIR, else torchvision
     test_size: int = 0  # 0 = the whole test split; else a fixed class-balanced subset
@@ -461,7 +462,7 @@ def run_key(h: dict) -> tuple:
 def _sweep_settings(cfg: CifarConfig) -> dict:
     """The fields that must agree for stored runs to be reused (everything but the grid and the output)."""
     skip = {"arm", "seed", "train_fraction", "arms", "seeds", "train_fractions", "lrs", "frame_lrs", "out",
-            "progress", "device", "threads", "repro_steps"}
+            "progress", "device", "threads", "repro_steps", "redo_dirty"}
     settings = {k: v for k, v in config_dict(cfg).items() if k not in skip}
     # Fields added in round 2 at their defaults are left out, so files written before them still resume.
     for key, default in (("steps", 0), ("warmup_share", None)):
@@ -474,7 +475,8 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     """Run every (seed, fraction, arm) of the grid, rewriting ``cfg.out`` after each run.
 
     Seeds are the outer loop, so an interrupted sweep leaves complete paired seeds. Runs already in
-    ``cfg.out`` with the same settings are kept and skipped (a killed sweep resumes where it stopped);
+    ``cfg.out`` with the same settings are kept and skipped (a killed sweep resumes where it stopped),
+    except, with ``redo_dirty``, those that record ``git_dirty: true``, which run again;
     a file of other settings raises a ``ValueError`` instead of being overwritten. With
     ``repro_steps`` the first grid point is first run for that many steps on the tiny synthetic set
     (:func:`tiny_set_run`) and stored as ``repro``, for the reproduction test, which then needs no data. Each run records the commit it ran at (``git_commit``, ``git_dirty``).
@@ -495,7 +497,7 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
             changed = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
             raise ValueError(f"{cfg.out} holds runs of other settings (fields {changed}); resume with the "
                              "same settings, or write to another --out")
-        runs = old["runs"]
+        runs = [h for h in old["runs"] if not (cfg.redo_dirty and h.get("git_dirty"))]
         repro = old.get("repro")
         previous = [*old.get("provenance_previous", []), old["provenance"]]
     # Runs written before round 2 record no lrs: they ran at the file's own (lr, frame_lr).

@@ -691,6 +691,8 @@ class SweepConfig:
     # Arms whose stored runs are dropped and run again, e.g. after a change to their optimiser's
     # numerics (the repro record too, if its arm is among them).
     redo_arms: tuple[str, ...] = ()
+    # Drop the stored runs that record ``git_dirty: true`` and run them again (from a clean tree).
+    redo_dirty: bool = False
     # A weight-decay sweep: every (seed, arm) at each of these values of ``weight_decay`` (the decay
     # of every weight outside Q/K; the Q/K rules' own decay as in arms.make_optimizer). () = no sweep.
     weight_decays: tuple[float, ...] = ()
@@ -769,7 +771,8 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
     it stopped; the provenance of the earlier invocations is kept in ``provenance_previous``, and
     each run records the commit (``git_commit``, ``git_dirty``) it ran at. A file with a different
     base config raises a ``ValueError`` rather than being overwritten. Runs of ``redo_arms`` are
-    dropped first and run again. Runs of ``sweep_cfg.reuse`` (:func:`reusable_runs`) are copied in
+    dropped first and run again, and so are runs that record ``git_dirty: true`` when
+    ``sweep_cfg.redo_dirty``. Runs of ``sweep_cfg.reuse`` (:func:`reusable_runs`) are copied in
     their turn instead of being run. Seed-major order makes every completed seed a complete set of pairs.
     """
     out_path = Path(sweep_cfg.out)
@@ -793,7 +796,8 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
             raise ValueError(f"{out_path} holds runs of another base config (fields {changed}); "
                              "resume with the same settings, or write to another --out")
         payload["provenance_previous"] = [*old.get("provenance_previous", []), old["provenance"]]
-        payload["runs"] = [r for r in old["runs"] if r["arm"] not in sweep_cfg.redo_arms]
+        payload["runs"] = [r for r in old["runs"] if r["arm"] not in sweep_cfg.redo_arms
+                           and not (sweep_cfg.redo_dirty and r["git_dirty"])]
         repro = old.get("repro")
         if repro is not None and repro["config"]["arm"] not in sweep_cfg.redo_arms:
             payload["repro"] = repro

@@ -187,6 +187,15 @@ def test_sweep_writes_incrementally_and_resumes(tiny_root, tmp_path):
     # A second call finds every run done and trains nothing new.
     again = cifar.sweep(cfg)
     assert [r["test_acc"] for r in again["runs"]] == [r["test_acc"] for r in payload["runs"]]
+    # redo_dirty runs again exactly the runs that record an edited tree, in their turn.
+    for h in stored["runs"]:  # whatever state this checkout is in
+        h["git_dirty"] = False
+    stored["runs"][2].update(git_dirty=True, marker="from an edited tree")
+    out.write_text(json.dumps(stored))
+    assert sum("marker" in h for h in cifar.sweep(cfg)["runs"]) == 1
+    redone = cifar.sweep(dataclasses.replace(cfg, redo_dirty=True))["runs"]
+    assert len(redone) == 4 and not any("marker" in h for h in redone)
+    assert (redone[-1]["seed"], redone[-1]["arm"]) == (1, "A0")
 
 
 # ---------------------------------------------------------------------------------------------------

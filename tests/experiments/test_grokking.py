@@ -11,7 +11,7 @@ import torch
 
 from stiefel_mini.experiments import grokking as G
 from stiefel_mini.experiments.config import ConfigError, parse_config
-from stiefel_mini.experiments.records import load_results
+from stiefel_mini.experiments.records import load_results, save_results
 from stiefel_mini.geometry import orthogonality_error
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "grokking" / "cpu.json"
@@ -199,6 +199,17 @@ def test_sweep_writes_incrementally_and_resumes(tmp_path):
                                                                   (2, "uniform")]
     assert len(redo["runs"]) == 6 and redo["repro"] is not None
     assert [p["command"] for p in redo["provenance_previous"]] == ["test", "again"]
+    stored = load_results(scfg.out)
+    assert (stored["runs"][1]["seed"], stored["runs"][1]["arm"]) == (1, "uniform")
+    for r in stored["runs"]:  # whatever state this checkout is in
+        r["git_dirty"] = False
+    stored["runs"][1].update(git_dirty=True, marker="from an edited tree")
+    save_results(scfg.out, stored)
+    kept = G.sweep(dataclasses.replace(scfg, seeds=(0, 1, 2)), base, command="kept")
+    assert [r.get("marker") for r in kept["runs"]].count("from an edited tree") == 1
+    clean = G.sweep(dataclasses.replace(scfg, seeds=(0, 1, 2), redo_dirty=True), base, command="clean")
+    assert len(clean["runs"]) == 6 and not any("marker" in r for r in clean["runs"])
+    assert [(r["seed"], r["arm"]) for r in clean["runs"]][-1] == (1, "uniform")  # run again, in its turn
 
 
 def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
