@@ -9,13 +9,14 @@ arms of one seed that draw the same streams start from the same point.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import torch
 
-__all__ = ["stream_seed", "generator", "set_threads", "progress"]
+__all__ = ["stream_seed", "generator", "set_threads", "subnormals_flushed", "progress"]
 
 
 def stream_seed(seed: int, name: str) -> int:
@@ -32,6 +33,26 @@ def set_threads(n: int | None) -> None:
     """Pin torch's intra-op threads (``None`` or 0 leaves the default). Results are timed per thread."""
     if n:
         torch.set_num_threads(int(n))
+
+
+@contextlib.contextmanager
+def subnormals_flushed() -> Iterator[None]:
+    """Within the block, CPU arithmetic treats subnormal floats (float32 below 1.2e-38) as zero.
+
+    Late in a long grokking run, after the training loss has all but vanished, gradients and
+    Adam's moments shrink into the subnormal range, where x86 arithmetic is tens of times slower
+    (Adam's moment update 71x, ``benchmarks/subnormals.py``), and a step took about 6x as long.
+    Numbers that small move no float32 weight of ordinary size, so the runs do not change: an
+    8,000-step ``long`` run (``adamw``, seed 4) gave a bitwise identical history with and without.
+    The flag (``torch.set_flush_denormal``) is process-wide, so the previous setting is restored
+    on exit; where the CPU cannot flush, nothing changes.
+    """
+    was = (torch.tensor(1e-20) * 1e-19).item() == 0.0  # torch has no getter: is 1e-39 flushed now?
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(was)
 
 
 def progress(

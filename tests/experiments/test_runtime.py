@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 
+import pytest
 import torch
 
 from stiefel_mini.experiments import runtime
@@ -29,3 +30,20 @@ def test_set_threads(two_threads):
     assert torch.get_num_threads() == 1
     runtime.set_threads(None)  # leaves it
     assert torch.get_num_threads() == 1
+
+
+def test_subnormals_are_flushed_inside_the_block_only():
+    tiny = torch.tensor([1e-39, 3.0])  # a float32 subnormal and a normal number
+    torch.set_flush_denormal(False)
+    assert (tiny * 1.0)[0] > 0  # torch's default: subnormals are kept
+    with runtime.subnormals_flushed():
+        out = tiny * 1.0
+        if out[0] != 0:
+            pytest.skip("this CPU cannot flush subnormals")
+        assert out[1] == 3.0  # normal numbers untouched
+    assert (tiny * 1.0)[0] > 0  # the previous setting is back
+    torch.set_flush_denormal(True)
+    with runtime.subnormals_flushed():
+        pass
+    assert (tiny * 1.0)[0] == 0  # ... whichever it was
+    torch.set_flush_denormal(False)
