@@ -149,3 +149,26 @@ def test_grokking_verdict_reads_round_two_files(tmp_path):
     r2_ev = [t for reg, t in g["evidence"] if "logit RMS 1" in reg]
     assert r2_ev[0].startswith("steps to 95% validation, stiefel_learned − adamw: 5 of 5 pairs censored")
     assert r2_ev[2].startswith("steps to 95%, stiefel_learned − never-trained frozen frames: 5 of 5 pairs censored")
+
+
+def test_an_lr_sweep_counts_at_each_arms_best_lr(tmp_path):
+    runs = []
+    for seed in range(2):
+        for lr, acc in ((1e-3, 0.40), (3e-3, 0.45), (1e-2, 0.30)):  # A0 best at 3e-3
+            runs.append({"arm": "A0", "seed": seed, "lr": lr, "frame_lr": None, "test_acc": acc,
+                         "qk_step_mean": 0.5, "qk_drift": 0.5})
+        for flr, acc in ((0.01, 0.41), (1.0, 0.47 + 0.01 * seed)):  # A1 best at frame lr 1
+            runs.append({"arm": "A1", "seed": seed, "lr": 1e-3, "frame_lr": flr, "test_acc": acc,
+                         "qk_step_mean": 0.01 if flr < 0.1 else 1.0, "qk_drift": 0.1})
+    for r in runs:
+        r.update(train_fraction=0.3, n_train=15_000, max_logit_final=None, attn_entropy_final=None)
+    settings = {"patch_size": 8, "d_model": 96, "depth": 3, "epochs": 10, "lr": 1e-3}
+    (tmp_path / "results/cifar").mkdir(parents=True)
+    (tmp_path / "results/cifar/r2_lr.json").write_text(json.dumps({"settings": settings, "runs": runs}))
+    rows = verdicts.claim_verdicts(tmp_path)
+    (regime, text), = _verdict(rows, "+8.98")["evidence"]
+    # best against best: A1 at frame lr 1 (0.47, 0.48) against A0 at lr 3e-3 (0.45, 0.45)
+    assert "lr 0.003, frame lr 1, 2 seeds, each arm at its own best lr" in regime
+    assert text.startswith("A1 − A0: +2.50 pp") and "wins 2/2" in text
+    (_, step), = _verdict(rows, "The Q/K steps")["evidence"]
+    assert step.startswith("A0's step 0.5x A1's")
