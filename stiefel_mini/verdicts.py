@@ -315,8 +315,10 @@ def claim_verdicts(root: str | Path | None = None) -> list[dict[str, Any]]:
     for reg, tag, st, c, f, fz in grok:
         if c:
             g_ev.append((reg, f"steps to 95% validation, {st} − adamw: {_pp(c, 'steps')}"))
-            part = ("sooner than AdamW" if c["wins"] > c["losses"] else "no sooner than AdamW")
-            part += f" on {c['wins']}/{c['n']} seeds" + ("" if c["resolved"] else " (not resolved)")
+            part = (f"sooner than AdamW on {c['wins']}/{c['n']} seeds" if c["wins"] > c["losses"] else
+                    f"later than AdamW on {c['losses']}/{c['n']} seeds" if c["losses"] > c["wins"] else
+                    f"sooner than AdamW on as many seeds as later ({c['wins']} of {c['n']})")
+            part += "" if c["resolved"] else " (not resolved)"
             if fz and c["wins"] > c["losses"] and fz["wins"] <= fz["losses"]:
                 part += ", but so do frozen random frames"
             g_parts.append((tag, part))
@@ -327,6 +329,14 @@ def claim_verdicts(root: str | Path | None = None) -> list[dict[str, Any]]:
     # One file: "Groks sooner than AdamW on k/n seeds ..."; several: each with its setting.
     g_verdict = ("not measured" if not g_parts else "Groks " + g_parts[0][1] if len(g_parts) == 1
                  else "Groks " + "; ".join(f"{part} ({tag})" for tag, part in g_parts))
+    # The claim itself is an endpoint: lead with the final accuracy of the longest horizon run.
+    ends = [(int(tag.rsplit(", ", 1)[1].split()[0].replace(",", "")), tag, st, f)
+            for _, tag, st, _, f, _ in grok if f]
+    if ends:
+        _, tag, st, f = max(ends, key=lambda e: e[0])
+        g_verdict = (f"Endpoint ({tag}): final validation accuracy {st} − adamw {f['mean']:+.1f} pp, higher "
+                     f"on {f['wins']}, lower on {f['losses']} of {f['n']} seeds"
+                     + ("" if f["resolved"] else " (not resolved)") + ". " + g_verdict)
     rows.append({
         "claim": "Grokking: 97.0% vs 61.1% validation accuracy at epoch 20,000, from one run.",
         "verdict": g_verdict, "evidence": g_ev, "not_tested": _not_tested_grokking(root),

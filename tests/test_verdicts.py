@@ -68,7 +68,9 @@ def test_grokking_verdict_and_html(tmp_path):
     (tmp_path / "results/grokking/cpu.json").write_text(json.dumps({"base_config": cfg, "runs": runs}))
     rows = verdicts.claim_verdicts(tmp_path)
     g = _verdict(rows, "Grokking")
-    assert g["verdict"] == "Groks sooner than AdamW on 5/5 seeds (not resolved), but so do frozen random frames"
+    assert g["verdict"] == ("Endpoint (fixed logit scale, 1,800 steps): final validation accuracy stiefel − adamw "
+                            "+0.0 pp, higher on 0, lower on 0 of 5 seeds (not resolved). "
+                            "Groks sooner than AdamW on 5/5 seeds (not resolved), but so do frozen random frames")
     assert "wins 5/5 (sign p = 0.062, Holm p = " in g["evidence"][0][1]
     table = verdicts.verdict_table_html(rows)
     assert table.count("<tr>") == len(rows) + 1 and "href='grokking.html#verdict'" in table
@@ -94,7 +96,7 @@ def test_holm_across_the_table_and_censored_pairs(tmp_path):
     (tmp_path / "results/grokking").mkdir(parents=True)
     (tmp_path / "results/grokking/cpu.json").write_text(json.dumps({"base_config": cfg, "runs": runs}))
     g = _verdict(verdicts.claim_verdicts(tmp_path), "Grokking")
-    assert g["verdict"] == "Groks sooner than AdamW on 12/12 seeds"  # resolved: no "(not resolved)"
+    assert g["verdict"].endswith(". Groks sooner than AdamW on 12/12 seeds")  # resolved: no "(not resolved)"
     assert "1 of 12 pairs censored (never reached), no mean" in g["evidence"][0][1]
     assert "resolved)" in g["evidence"][0][1]
 
@@ -143,9 +145,19 @@ def test_grokking_verdict_reads_round_two_files(tmp_path):
     (tmp_path / "results/grokking/r2_short.json").write_text(
         json.dumps({"base_config": {**cfg, "logit_rms_init": 1.0}, "runs": r2}))
     g = _verdict(verdicts.claim_verdicts(tmp_path), "Grokking")
-    assert g["verdict"] == ("Groks sooner than AdamW on 5/5 seeds (not resolved), but so do frozen random frames "
-                            "(fixed logit scale, 1,800 steps); no sooner than AdamW on 0/5 seeds (not resolved) "
+    # the endpoint of the longest run leads (a tie on length: the first file); 0.5 vs 1.0 on 5/5 seeds
+    assert g["verdict"] == ("Endpoint (fixed logit scale, 1,800 steps): final validation accuracy stiefel − adamw "
+                            "+0.0 pp, higher on 0, lower on 0 of 5 seeds (not resolved). "
+                            "Groks sooner than AdamW on 5/5 seeds (not resolved), but so do frozen random frames "
+                            "(fixed logit scale, 1,800 steps); later than AdamW on 5/5 seeds (not resolved) "
                             "(learned temperature, 1,800 steps)")
+    long_cfg = {**cfg, "logit_rms_init": 1.0, "steps": 8000}
+    (tmp_path / "results/grokking/r2_long.json").write_text(json.dumps({"base_config": long_cfg, "runs": [
+        {**r, "metrics": {**r["metrics"], "final_val_acc": 0.5 if r["arm"] == "adamw" else 0.9 + 0.01 * r["seed"]}}
+        for r in r2]}))
+    g = _verdict(verdicts.claim_verdicts(tmp_path), "Grokking")
+    assert g["verdict"].startswith("Endpoint (learned temperature, 8,000 steps): final validation accuracy "
+                                   "stiefel_learned − adamw +42.0 pp, higher on 5, lower on 0 of 5 seeds (not resolved). ")
     r2_ev = [t for reg, t in g["evidence"] if "logit RMS 1" in reg]
     assert r2_ev[0].startswith("steps to 95% validation, stiefel_learned − adamw: 5 of 5 pairs censored")
     assert r2_ev[2].startswith("steps to 95%, stiefel_learned − never-trained frozen frames: 5 of 5 pairs censored")
