@@ -291,16 +291,6 @@ def match_logit_scale(model: GrokkingTransformer, tokens: Tensor, target_rms: fl
 def run(cfg: GrokkingConfig) -> dict:
     """Train one arm on one seed; return ``{"config", "history", "metrics", "wall_time_s"}``.
 
-    Runs with subnormal numbers flushed to zero (:func:`~stiefel_mini.experiments.runtime.subnormals_flushed`:
-    the same numbers, several times faster late in long runs); the rest is :func:`_train`.
-    """
-    with subnormals_flushed():
-        return _train(cfg)
-
-
-def _train(cfg: GrokkingConfig) -> dict:
-    """The training of :func:`run`.
-
     Full-batch AdamW-style training for ``cfg.steps`` steps. Every ``eval_every`` steps (and at the
     end) the history records, for the parameters after that many updates: train/val loss and accuracy;
     per Q/K projection (mean over heads) the Frobenius norm of the latest update ``||W_s - W_{s-1}||``,
@@ -310,7 +300,16 @@ def _train(cfg: GrokkingConfig) -> dict:
     the largest absolute last-query logit (``max_logit``) and the logits' RMS (``logit_rms``), both
     ``None`` for the uniform control; the mean per-head logit scale (``scale``); and the Frobenius norm
     of every weight tensor (``weight_norm``: ``{name: norm}``).
+
+    Runs with subnormal numbers flushed to zero (:func:`~stiefel_mini.experiments.runtime.subnormals_flushed`:
+    the same numbers, several times faster late in long runs).
     """
+    with subnormals_flushed():
+        return _train(cfg)
+
+
+def _train(cfg: GrokkingConfig) -> dict:
+    """The training loop of :func:`run` (without the subnormal setting)."""
     set_threads(cfg.threads)
     data = make_dataset(cfg.p, cfg.op, cfg.train_frac, cfg.seed)
     model = build_model(cfg)
