@@ -67,9 +67,12 @@ def _tall(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return wrapper
 
 
-def sym(A: Tensor) -> Tensor:
-    """Symmetric part ``sym(A) = (A + A^T) / 2`` of square matrices ``(..., k, k)``."""
-    return (A + A.mT).mul_(0.5)
+def sym(A: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """Symmetric part ``sym(A) = (A + A^T) / 2`` of square matrices ``(..., k, k)``.
+
+    ``out``: a tensor shaped as A, not A itself, to write the result into.
+    """
+    return torch.add(A, A.mT, out=out).mul_(0.5)
 
 
 def skew(A: Tensor) -> Tensor:
@@ -143,7 +146,7 @@ def series_degree(bound: float, dtype: torch.dtype) -> int:
     return degree
 
 
-def _inv_sqrt_series(E: Tensor, degree: int) -> Tensor:
+def _inv_sqrt_series(E: Tensor, degree: int, work: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """``(I + E)^{-1/2}`` by the binomial series of fixed ``degree``, for symmetric ``(..., p, p)`` E.
 
     ``(I + E)^{-1/2} = sum_k binom(-1/2, k) E^k = I - E/2 + 3E^2/8 - 5E^3/16 + ...``, summed by
@@ -151,15 +154,19 @@ def _inv_sqrt_series(E: Tensor, degree: int) -> Tensor:
     synchronisation. Accurate when ``||E||_F`` is below the bound the degree was chosen for (see
     :func:`series_degree`).
 
+    ``work``: two tensors shaped as E (neither E) that the partial sums are written into in turn;
+    the result is one of them.
+
     Reference: Higham (2008), "Functions of Matrices", section 5.3 and chapter 6.
     """
     coeffs = [1.0]
     for k in range(1, degree + 1):
         coeffs.append(coeffs[-1] * -(2 * k - 1) / (2 * k))
-    Z = coeffs[degree] * E
-    for c in reversed(coeffs[1:degree]):
+    bufs = work or (None, None)
+    Z = torch.mul(E, coeffs[degree], out=bufs[0])
+    for i, c in enumerate(reversed(coeffs[1:degree])):
         _diagonal(Z).add_(c)  # Z + c I, touching only the diagonal
-        Z = E @ Z
+        Z = torch.matmul(E, Z, out=bufs[(i + 1) % 2])
     _diagonal(Z).add_(1.0)
     return Z
 
@@ -174,7 +181,12 @@ SERIES_BOUND = 0.25
 
 
 def polar_factor_checked(
-    M: Tensor, bound: float | None = None, precision: torch.dtype | None = None, *, out: Tensor | None = None
+    M: Tensor,
+    bound: float | None = None,
+    precision: torch.dtype | None = None,
+    *,
+    out: Tensor | None = None,
+    work: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Orthogonal polar factor of tall ``(..., n, p)`` M and, per frame, whether it could be taken.
 
@@ -193,17 +205,19 @@ def polar_factor_checked(
     that will be rounded to bf16 needs fewer terms). Each frame's result depends on that frame
     alone, and nothing is synchronised with the host, so the function compiles with
     ``torch.compile(fullgraph=True)``. ``out``: a tensor shaped as M (not M) to write the factor
-    into when ``bound`` is given (a preallocated buffer; ignored otherwise).
+    into when ``bound`` is given (a preallocated buffer; ignored otherwise); ``work``: three
+    ``(..., p, p)`` tensors in M's dtype for the p x p intermediates, likewise.
 
     Shapes: M ``(..., n, p)``, ``n >= p`` -> ``((..., n, p), (...))``.
     Reference: Higham (2008), "Functions of Matrices", theorem 8.4 and chapter 6.
     """
-    E = M.mT @ M
+    work = work if bound is not None and work is not None else (None, None, None)
+    E = torch.matmul(M.mT, M, out=work[0])
     _diagonal(E).sub_(1.0)  # M^T M - I
     delta = torch.linalg.matrix_norm(E)  # (...)
     if bound is not None:
         ok = delta <= bound
-        Z = _inv_sqrt_series(E, series_degree(bound, precision or M.dtype))
+        Z = _inv_sqrt_series(E, series_degree(bound, precision or M.dtype), work[1:])
         # A refused frame is NaN: never a silently wrong frame.
         Z.mul_(torch.where(ok, 1.0, torch.nan).to(M.dtype)[..., None, None])
         return torch.matmul(M, Z, out=out), ok

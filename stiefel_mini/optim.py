@@ -209,8 +209,12 @@ def frame_update_checked(
     tau2 = _NORMAL_FLOOR * torch.finfo(dtype).eps / 2
 
     if second_moment == "frame" and projector == "euclidean":
-        Sg = sym(W.mT @ G)  # N, (B, p, p)
-        Su = sym(W.mT @ exp_avg).mul_(beta1).add_(Sg, alpha=1 - beta1)  # sym(W^T u), (B, p, p)
+        # p x p work goes into the caller's buffers when given: fresh tensors of this size cost
+        # page faults on every step.
+        pp, pp64 = buf.get("pp", (None, None, None)), buf.get("pp64")
+        Sg = sym(torch.matmul(W.mT, G, out=pp[0]), out=pp[1])  # N, (B, p, p)
+        # sym(W^T u), u = beta1 m + (1 - beta1) G: (B, p, p)
+        Su = sym(torch.matmul(W.mT, exp_avg, out=pp[0]), out=pp[2]).mul_(beta1).add_(Sg, alpha=1 - beta1)
         m = torch.lerp(exp_avg, G, 1 - beta1, out=out_m)
         m.baddbmm_(W, Su, alpha=-1.0)  # P_W(beta1 m + (1-beta1) G)
         # ||G||_F scaled by an exact power of two per frame, so that its square neither overflows
@@ -222,7 +226,8 @@ def frame_update_checked(
         r = torch.ldexp(torch.ones_like(g_max), -torch.frexp(torch.where(finite.view(-1, 1, 1), g_max, 1.0))[1])
         Gr = torch.mul(G, r, out=scratch)
         g_sq = (torch.linalg.vector_norm(Gr, dim=(-2, -1), keepdim=True).to(f64) / r.to(f64)).square()
-        n_sq = Sg.to(f64).square().sum(dim=(-2, -1), keepdim=True)
+        Sg64 = Sg.to(f64, copy=True) if pp64 is None else pp64.copy_(Sg)
+        n_sq = Sg64.mul_(Sg64).sum(dim=(-2, -1), keepdim=True)  # ||N||_F^2 in float64
         sample = (g_sq - n_sq).clamp_min(0.0) + tau2 * n_sq  # ||xi||^2 + tau^2 ||N||^2, (B, 1, 1)
     else:
         if projector == "none":
@@ -270,7 +275,9 @@ def frame_update_checked(
             reach = max_step**2 + (2 * max_step if projector == "none" else 0.0) + _FRAME_MARGIN
             if reach <= SERIES_BOUND:
                 bound = reach if dtype == store else SERIES_BOUND
-        W_new, ok = polar_factor_checked(W + S if M is None else M, bound, out=buf.get("frame"))
+        W_new, ok = polar_factor_checked(
+            W + S if M is None else M, bound, out=buf.get("frame"), work=buf.get("pp")
+        )
     else:
         W_new, ok = retract_checked(W, S, retraction)
     return W_new.to(store), m, v, ok & finite
@@ -623,6 +630,9 @@ class _Bucket:
         self.m, self.v = (m, torch.empty_like(m)), (v, torch.empty_like(v))
         self.current = 0
         self.scratch = torch.empty_like(m)  # (B, n, k), compute dtype
+        k = m.shape[-1]
+        self.pp = tuple(m.new_empty(3, m.shape[0], k, k).unbind())  # 3 x (B, k, k), compute dtype
+        self.pp64 = m.new_empty(m.shape[0], k, k, dtype=torch.float64)  # (B, k, k)
         self.frame = torch.empty_like(self.W)  # (B, n, k), the frames' dtype
         self.views = [self._views(i) for i in (0, 1)]
         self.attach(states, 0)
@@ -650,7 +660,8 @@ class _Bucket:
         """Where the rule writes: the other moment pair, the scratch, the new frames."""
         other = 1 - self.current
         return {"exp_avg": self.m[other], "exp_avg_sq": self.v[other], "scratch": self.scratch,
-                "frame": self.frame if self.frame.dtype == self.scratch.dtype else None}
+                "frame": self.frame if self.frame.dtype == self.scratch.dtype else None,
+                "pp": self.pp, "pp64": self.pp64}
 
     def gather(self, ts: list[Tensor], out: Tensor) -> Tensor:
         """Stack per-parameter tensors into ``out`` in tall layout: ``(B, n, k)``."""

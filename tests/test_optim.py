@@ -748,6 +748,26 @@ def test_pure_frame_update_is_the_optimizer_step_and_changes_no_input(second_mom
         torch.testing.assert_close(v, opt.state[W]["exp_avg_sq"], rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("max_step", [0.1, None])
+def test_default_rule_with_the_optimizers_buffers_is_the_pure_function_bit_for_bit(dtype, max_step):
+    # StiefelAdam writes every intermediate of the default rule into persistent buffers (moments,
+    # scratch, new frames, the p x p work); the result must be the unbuffered function's, exactly.
+    from stiefel_mini import stiefel_adam_frame_update
+
+    W = frame(6, 40, 8, seed=3, dtype=dtype)
+    opt = StiefelAdam([W], stiefel=True, lr=0.3, max_step=max_step)
+    Wf = W.detach().clone()
+    m, v = torch.zeros_like(Wf), torch.zeros(6, 1, 1, dtype=F64)
+    for t in range(1, 6):
+        G = torch.randn(6, 40, 8, generator=gen(40 + t), dtype=dtype) * 10.0 ** (3 * t - 9)
+        W.grad = G.clone()
+        opt.step()
+        Wf, m, v = stiefel_adam_frame_update(Wf, G, m, v, t, lr=0.3, max_step=max_step)
+        assert torch.equal(Wf, W.detach())
+        assert torch.equal(m, opt.state[W]["exp_avg"]) and torch.equal(v, opt.state[W]["exp_avg_sq"])
+
+
 @pytest.mark.parametrize("typo", ["max_stpe", "weight_decy", "stifel"])
 def test_unknown_param_group_key_raises_and_lists_the_known_keys(typo):
     W = frame(5, 2)
