@@ -5,9 +5,11 @@
     python benchmarks/optimizer_step.py --device cuda --widths 256 512 1024 --dtype bfloat16
 
 Every optimizer steps the same parameters with the same fixed gradients. Rounds are interleaved
-(A, B, C, A, B, C, ...) so that a change in machine load hits all of them alike, and each time is
-the best round. Ratios are to ``torch.optim.AdamW`` (torch's default implementation) in the same
-run. Columns:
+(A, B, C, A, B, C, ...) so that a change in machine load hits all of them alike; each time is the
+best round, and each ratio between two optimizers is the median over rounds of the ratio of their
+times in that round, with its range over rounds in brackets (a paired comparison: a slow round
+slows both). Ratios in the time columns are to ``torch.optim.AdamW`` (torch's default
+implementation) in the same run. Columns:
 
 * ``AdamW``: ``torch.optim.AdamW`` on every parameter, frames included;
 * ``StiefelAdam``: the Q/K frames in one ``stiefel=True`` group, AdamW on the rest;
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import platform
+import statistics
 import time
 
 import torch
@@ -148,17 +151,24 @@ def time_steps(opt: torch.optim.Optimizer, steps: int, device: str) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def bench_step(names: list[str], width: int, args: argparse.Namespace) -> dict[str, float]:
+def bench_step(names: list[str], width: int, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Seconds per step of each optimizer, one entry per interleaved round."""
     dtype = getattr(torch, args.dtype)
     opts = {name: build(name, make_model(width, args.depth, args.heads, device=args.device, dtype=dtype))
             for name in names}
     for opt in opts.values():  # warm-up: state allocation and first-call dispatch
         time_steps(opt, 3, args.device)
-    best = {name: float("inf") for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(args.rounds):
         for name, opt in opts.items():
-            best[name] = min(best[name], time_steps(opt, args.steps, args.device))
-    return best
+            times[name].append(time_steps(opt, args.steps, args.device))
+    return times
+
+
+def paired_ratio(num: list[float], den: list[float]) -> str:
+    """Median over rounds of the per-round ratio num / den, and its range over rounds."""
+    r = sorted(a / b for a, b in zip(num, den))
+    return f"{statistics.median(r):.2f}x ({r[0]:.2f}-{r[-1]:.2f})"
 
 
 def drift(name: str, steps: int, width: int, heads: int, device: str) -> float:
@@ -211,16 +221,18 @@ def main(argv: list[str] | None = None) -> None:
 
 def timing_table(names: list[str], args: argparse.Namespace) -> None:
     others = [n for n in names if n not in ("AdamW", "StiefelAdam", "floor")]
-    print(f"one optimizer step, depth {args.depth}, {args.heads} heads, best of {args.rounds} interleaved rounds "
-          f"of {args.steps} steps; ms, and in brackets the ratio to AdamW\n")
-    print("| width | " + " | ".join(names) + " | StiefelAdam / floor | "
-          + " | ".join(f"{n} / StiefelAdam" for n in others) + " |")
+    print(f"one optimizer step, depth {args.depth}, {args.heads} heads, {args.rounds} interleaved rounds of "
+          f"{args.steps} steps; ms (best round), and in brackets the ratio to AdamW; the last columns: median "
+          "over rounds of the per-round ratio, and its range\n")
+    print("| " + " | ".join(["width", *names, "StiefelAdam / floor", *(f"{n} / StiefelAdam" for n in others)]) + " |")
     print("|---" * (1 + len(names) + 1 + len(others)) + "|")
     for width in args.widths:
-        best = bench_step(names, width, args)
+        times = bench_step(names, width, args)
+        best = {n: min(t) for n, t in times.items()}
         ms = " | ".join(f"{best[n] * 1e3:.2f} ({best[n] / best['AdamW']:.2f}x)" for n in names)
-        vs = " | ".join(f"{best[n] / best['StiefelAdam']:.2f}x" for n in others)
-        print(f"| {width} | {ms} | {best['StiefelAdam'] / best['floor']:.2f}x | {vs} |", flush=True)
+        vs = " | ".join(paired_ratio(times[n], times["StiefelAdam"]) for n in others)
+        cells = [str(width), ms, paired_ratio(times["StiefelAdam"], times["floor"]), *([vs] if others else [])]
+        print("| " + " | ".join(cells) + " |", flush=True)
 
 
 def drift_table(names: list[str], args: argparse.Namespace) -> None:
