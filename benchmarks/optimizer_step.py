@@ -199,6 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-others", action="store_true",
                     help="leave out POGO and geoopt (only AdamW, StiefelAdam and the floor)")
     args = ap.parse_args(argv)
+    for width in args.widths:
+        if width % args.heads:
+            ap.error(f"--widths {width} is not a multiple of --heads {args.heads}: each head's frame has "
+                     "width / heads columns; pick widths that the number of heads divides")
     if args.threads:
         torch.set_num_threads(args.threads)
 

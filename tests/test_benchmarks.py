@@ -1,0 +1,44 @@
+"""The benchmark scripts run and print the tables their README quotes (tiny sizes; no timing is checked)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios_with_its_range():
+    bench = load("optimizer_step")
+    # Per-round ratios 2.0, 1.5, 1.2: the median is 1.5, whatever the best times are (1 and 2 here
+    # would give 2.0).
+    assert bench.paired_ratio([2.0, 3.0, 6.0], [1.0, 2.0, 5.0]) == "1.50x (1.20-2.00)"
+
+
+def test_optimizer_step_table_and_drift(capsys):
+    bench = load("optimizer_step")
+    bench.main(["--widths", "32", "--depth", "1", "--heads", "2", "--rounds", "2", "--steps", "1",
+                "--drift-steps", "20", "--no-others", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert "| width | AdamW | StiefelAdam | floor | StiefelAdam / floor |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| 32 |"))
+    assert re.search(r"\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) \|$", row), row
+    drift = next(line for line in out.splitlines() if line.startswith("| StiefelAdam |"))
+    assert float(drift.split("|")[2]) < 1e-5
+
+
+@pytest.mark.parametrize("bad", [["--widths", "30", "--heads", "4"]])
+def test_optimizer_step_rejects_widths_the_heads_do_not_divide(bad):
+    bench = load("optimizer_step")
+    with pytest.raises(SystemExit):
+        bench.main([*bad, "--no-others", "--drift-steps", "0"])
