@@ -20,20 +20,26 @@ implementation) in the same run. Columns:
   the rule can skip.
 
 POGO and geoopt are optional (``pip install -e '.[bench]'``); a missing one's column is left out.
+``--out PATH`` also writes every round's time, the drift table and the run's provenance (command,
+commit, versions, device, threads) to a JSON file; the "Which tool should I use?" chapter reads
+``results/benchmarks/optimizer_step.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import platform
 import statistics
 import time
+from typing import Callable
 
 import torch
 from torch import nn
 
 from stiefel_mini import StiefelAdam, StiefelSelfAttention, orthogonality_error, param_groups
+from stiefel_mini.experiments.records import provenance, save_results
 
 
 class Block(nn.Module):
@@ -202,6 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")
     ap.add_argument("--no-others", action="store_true",
                     help="leave out POGO and geoopt (only AdamW, StiefelAdam and the floor)")
+    ap.add_argument("--out", default=None, help="also write the measurements and their provenance to this JSON file")
     args = ap.parse_args(argv)
     for width in args.widths:
         if width % args.heads:
@@ -221,13 +228,36 @@ def main(argv: list[str] | None = None) -> None:
     where = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else (
         f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
     print(f"torch {torch.__version__}, {args.device} ({where}), {args.dtype}")
+    record = {
+        "provenance": provenance(device=args.device),
+        "settings": {k: getattr(args, k) for k in ("widths", "depth", "heads", "rounds", "steps", "dtype")}
+        | {"threads": torch.get_num_threads()},
+        "packages": {name: package_version(module) for name, module in (("POGO", "pogo-torch"), ("geoopt", "geoopt"))
+                     if name in names},
+        "timing": [],
+        "drift": None,
+    }
+
+    def save() -> None:  # after every table row, so that an interrupted run keeps what it measured
+        if args.out:
+            save_results(args.out, record)
+
     if not args.skip_timing:
-        timing_table(names, args)
+        timing_table(names, args, record["timing"], save)
     if args.drift_steps:
-        drift_table(names, args)
+        record["drift"] = {"steps": args.drift_steps, "frames": [2 * args.heads, args.widths[0], args.widths[0] // args.heads],
+                           "rows": []}
+        drift_table(names, args, record["drift"]["rows"], save)
 
 
-def timing_table(names: list[str], args: argparse.Namespace) -> None:
+def package_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def timing_table(names: list[str], args: argparse.Namespace, rows: list, save: Callable[[], None]) -> None:
     others = [n for n in names if n not in ("AdamW", "StiefelAdam", "floor")]
     print(f"one optimizer step, depth {args.depth}, {args.heads} heads, {args.rounds} interleaved rounds of "
           f"{args.steps} steps; ms (best round), and in brackets the ratio to AdamW; the last columns: median "
@@ -236,6 +266,8 @@ def timing_table(names: list[str], args: argparse.Namespace) -> None:
     print("|---" * (1 + len(names) + 1 + len(others)) + "|")
     for width in args.widths:
         times = bench_step(names, width, args)
+        rows.append({"width": width, "seconds_per_step": times})
+        save()
         best = {n: min(t) for n, t in times.items()}
         ms = " | ".join(f"{best[n] * 1e3:.2f} ({best[n] / best['AdamW']:.2f}x)" for n in names)
         vs = " | ".join(paired_ratio(times[n], times["StiefelAdam"]) for n in others)
@@ -243,7 +275,7 @@ def timing_table(names: list[str], args: argparse.Namespace) -> None:
         print("| " + " | ".join(cells) + " |", flush=True)
 
 
-def drift_table(names: list[str], args: argparse.Namespace) -> None:
+def drift_table(names: list[str], args: argparse.Namespace, rows: list, save: Callable[[], None]) -> None:
     frame_names = [n for n in names if n not in ("AdamW", "floor")]
     print(f"\n||W^T W - I||_F after {args.drift_steps} float32 steps with random gradients "
           f"(frames {args.widths[0]} x {args.widths[0] // args.heads}, worst of {2 * args.heads}):\n")
@@ -251,6 +283,8 @@ def drift_table(names: list[str], args: argparse.Namespace) -> None:
     print("|---|---|---|")
     for name in frame_names:
         e64, e32 = drift(name, args.drift_steps, args.widths[0], args.heads, args.device)
+        rows.append({"optimizer": name, "float64": e64, "float32": e32})
+        save()
         print(f"| {name} | {e64:.2e} | {e32:.2e} |")
 
 

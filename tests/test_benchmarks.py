@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -25,16 +26,24 @@ def test_paired_ratio_is_the_median_of_per_round_ratios_with_its_range():
     assert bench.paired_ratio([2.0, 3.0, 6.0], [1.0, 2.0, 5.0]) == "1.50x (1.20-2.00)"
 
 
-def test_optimizer_step_table_and_drift(capsys):
+def test_optimizer_step_table_drift_and_results_file(capsys, tmp_path):
     bench = load("optimizer_step")
+    out_file = tmp_path / "step.json"
     bench.main(["--widths", "32", "--depth", "1", "--heads", "2", "--rounds", "2", "--steps", "1",
-                "--drift-steps", "20", "--no-others", "--threads", "1"])
+                "--drift-steps", "20", "--no-others", "--threads", "1", "--out", str(out_file)])
     out = capsys.readouterr().out
     assert "| width | AdamW | StiefelAdam | floor | StiefelAdam / floor |" in out
     row = next(line for line in out.splitlines() if line.startswith("| 32 |"))
     assert re.search(r"\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) \|$", row), row
     drift = next(line for line in out.splitlines() if line.startswith("| StiefelAdam |"))
     assert all(float(cell) < 1e-5 for cell in drift.split("|")[2:4])
+    record = json.loads(out_file.read_text())
+    assert record["provenance"]["git_commit"] and record["settings"]["threads"] == 1
+    (timing,) = record["timing"]
+    assert timing["width"] == 32 and sorted(timing["seconds_per_step"]) == ["AdamW", "StiefelAdam", "floor"]
+    assert all(len(t) == 2 and min(t) > 0 for t in timing["seconds_per_step"].values())
+    assert [r["optimizer"] for r in record["drift"]["rows"]] == ["StiefelAdam"]
+    assert record["drift"]["frames"] == [4, 32, 16]
 
 
 @pytest.mark.parametrize("bad", [["--widths", "30", "--heads", "4"]])
