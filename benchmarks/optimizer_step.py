@@ -245,8 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_timing:
         timing_table(names, args, record["timing"], save)
     if args.drift_steps:
-        record["drift"] = {"steps": args.drift_steps, "frames": [2 * args.heads, args.widths[0], args.widths[0] // args.heads],
-                           "rows": []}
+        frames = [2 * args.heads, args.widths[0], args.widths[0] // args.heads]  # (B, n, p) of one block
+        record["drift"] = {"steps": args.drift_steps, "frames": frames, "rows": []}
         drift_table(names, args, record["drift"]["rows"], save)
 
 

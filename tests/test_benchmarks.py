@@ -51,3 +51,21 @@ def test_optimizer_step_rejects_widths_the_heads_do_not_divide(bad):
     bench = load("optimizer_step")
     with pytest.raises(SystemExit):
         bench.main([*bad, "--no-others", "--drift-steps", "0"])
+
+
+def test_gram_precision_table(capsys):
+    bench = load("gram_precision")
+    bench.main(["--steps", "30", "--rounds", "1"])
+    out = capsys.readouterr().out
+    rows = {line.split("|")[1].strip(): line.split("|")[2:5] for line in out.splitlines()
+            if line.startswith("| float")}
+    assert sorted(rows) == ["float32", "float64"]
+    # A retraction computed in float64 and rounded leaves only the rounding of the frame itself.
+    assert float(rows["float64"][0]) < 1e-6
+    assert all(float(cell) < 1e-5 for cells in rows.values() for cell in cells[:2])
+    assert "float64 / float32 time per retraction" in out
+
+
+def test_gram_precision_rejects_a_step_the_series_cannot_take():
+    with pytest.raises(SystemExit):
+        load("gram_precision").main(["--length", "0.9"])
