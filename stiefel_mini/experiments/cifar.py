@@ -154,7 +154,8 @@ ROUND2_PLANS: dict[str, CifarConfig] = {
         out="results/cifar/r2_lr.json", arms=("A0", "A1", "qknorm"), seeds=(0, 1), train_fractions=(0.3,),
         epochs=10, lrs=(3e-4, 1e-3, 3e-3, 1e-2, 3e-2), frame_lrs=(1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0),
         **_R2),
-    # Fitted baselines on all 50k images, 10 epochs, 5 paired seeds.
+    # Fitted baselines on all 50k images, 10 epochs, 5 paired seeds (A0 and A1 were run on 3 more,
+    # --arms A0 A1 --seeds 5 6 7: round2_status counts them as beyond the plan).
     "r2_fitted": CifarConfig(
         out="results/cifar/r2_fitted.json", arms=("A0", "A1", "A3", "qknorm"), seeds=(0, 1, 2, 3, 4),
         train_fractions=(1.0,), epochs=10, **_R2),
@@ -706,8 +707,9 @@ def round2_status(files: dict[str, dict | None]) -> list[dict]:
     """What each round-2 file holds against its planned grid (:data:`ROUND2_PLANS`).
 
     One row per preset: ``preset``, ``planned`` (runs: seeds x train fractions x each arm's lr grid),
-    ``done`` (planned runs present, matched by arm, seed, fraction and the swept lr), and ``missing``:
-    ``{arm: number of its planned runs not present}`` for arms with any missing. ``r2_fitted`` /
+    ``done`` (planned runs present, matched by arm, seed, fraction and the swept lr), ``missing``:
+    ``{arm: number of its planned runs not present}`` for arms with any missing, and ``extra``:
+    ``{arm: number of its runs outside the plan}`` (e.g. more seeds of some arms). ``r2_fitted`` /
     ``r2_scaling`` run A1 at a frame lr chosen on the command line, so for them only arm, seed and
     fraction are matched.
     """
@@ -720,6 +722,7 @@ def round2_status(files: dict[str, dict | None]) -> list[dict]:
             frac, seed, arm, lr, frame_lr = run_key(h)
             have.add((frac, seed, arm) if chosen_on_cli else (frac, seed, arm, lr, frame_lr))
         missing: dict[str, int] = {}
+        plan = set()
         planned = done = 0
         for seed in cfg.seeds:
             for frac in cfg.train_fractions:
@@ -729,11 +732,15 @@ def round2_status(files: dict[str, dict | None]) -> list[dict]:
                         key = ((float(frac), int(seed), label) if chosen_on_cli
                                else (float(frac), int(seed), label, lr, frame_lr))
                         planned += 1
+                        plan.add(key)
                         if key in have:
                             done += 1
                         else:
                             missing[label] = missing.get(label, 0) + 1
-        rows.append({"preset": preset, "planned": planned, "done": done, "missing": missing})
+        extra: dict[str, int] = {}
+        for key in have - plan:
+            extra[key[2]] = extra.get(key[2], 0) + 1
+        rows.append({"preset": preset, "planned": planned, "done": done, "missing": missing, "extra": extra})
     return rows
 
 

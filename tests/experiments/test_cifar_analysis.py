@@ -96,7 +96,12 @@ def test_round2_status_counts_the_planned_grid(tmp_path):
     assert fitted["done"] == 0 and fitted["planned"] == 4 * 5
     # the fitted study's A1 runs at a frame lr picked on the command line: arm, seed and fraction match
     done = cifar.round2_status({"r2_fitted": {"runs": [rec("A1", 0, 0.6, frame_lr=0.3, frac=1.0)]}})[0]
-    assert done["done"] == 1 and done["missing"]["A1"] == 4
+    assert done["done"] == 1 and done["missing"]["A1"] == 4 and done["extra"] == {}
+    # runs outside the plan (more seeds of two arms) are counted apart, not as done
+    more = [rec(a, s, 0.6, frame_lr=0.3, frac=1.0) for a in ("A0", "A1") for s in (0, 5, 6)]
+    more_status = cifar.round2_status({"r2_fitted": {"runs": more}})[0]
+    assert more_status["done"] == 2 and more_status["extra"] == {"A0": 2, "A1": 2}
+    assert lr["extra"] == {}
 
 
 def test_load_round2_gives_none_for_absent_files(monkeypatch, tmp_path):
