@@ -31,7 +31,6 @@ import argparse
 import importlib.metadata
 import importlib.util
 import platform
-import statistics
 import time
 from typing import Callable
 
@@ -39,6 +38,7 @@ import torch
 from torch import nn
 
 from stiefel_mini import StiefelAdam, StiefelSelfAttention, orthogonality_error, param_groups
+from stiefel_mini.experiments import stats
 from stiefel_mini.experiments.records import provenance, save_results
 
 
@@ -172,9 +172,9 @@ def bench_step(names: list[str], width: int, args: argparse.Namespace) -> dict[s
 
 
 def paired_ratio(num: list[float], den: list[float]) -> str:
-    """Median over rounds of the per-round ratio num / den, and its range over rounds."""
-    r = sorted(a / b for a, b in zip(num, den))
-    return f"{statistics.median(r):.2f}x ({r[0]:.2f}-{r[-1]:.2f})"
+    """:func:`stiefel_mini.experiments.stats.paired_ratio` as ``"median x (low-high)"``."""
+    r = stats.paired_ratio(num, den)
+    return f"{r['median']:.2f}x ({r['low']:.2f}-{r['high']:.2f})"
 
 
 def drift(name: str, steps: int, width: int, heads: int, device: str) -> tuple[float, float]:

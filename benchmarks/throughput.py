@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from stiefel_mini.experiments import cifar
+from stiefel_mini.experiments import cifar, stats
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_options
 from stiefel_mini.experiments.config import parse_config
 from stiefel_mini.experiments.records import provenance
@@ -88,9 +88,9 @@ def measure(cfg: ThroughputConfig) -> dict:
     ref = cfg.arms[0]
     rows = []
     for arm in cfg.arms:
-        ratios = [a / b for a, b in zip(per_round[arm], per_round[ref])]
+        ratio = stats.paired_ratio(per_round[arm], per_round[ref])
         rows.append({"arm": arm, "images_per_s": statistics.median(per_round[arm]),
-                     "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)})
+                     "ratio": ratio["median"], "ratio_min": ratio["low"], "ratio_max": ratio["high"]})
     prov = provenance(cfg, device=device)
     model_desc = (f"patch {model_cfg.patch_size}, d_model {model_cfg.d_model}, depth {model_cfg.depth}, "
                   f"{model_cfg.n_heads} heads, batch {bs}")

@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 __all__ = ["values", "summarize", "paired_differences", "t_quantile", "t_interval", "sign_test",
-           "wilcoxon_signed_rank", "holm", "median_interval", "wins", "compare"]
+           "wilcoxon_signed_rank", "holm", "median_interval", "paired_ratio", "wins", "compare"]
 
 
 def values(xs: Iterable[float | None], *, censored: bool = False) -> np.ndarray:
@@ -252,6 +252,20 @@ def median_interval(xs: Iterable[float | None], level: float = 0.95, *, censored
     return {"median": _quantile(x, 0.5), "low": float(x[k - 1]), "high": float(x[n - k]),
             "coverage": coverage, "name": "range" if k == 1 else "order-statistic interval",
             "n": n, "n_censored": int(np.isinf(x).sum())}
+
+
+def paired_ratio(num: Iterable[float], den: Iterable[float]) -> dict:
+    """The median over rounds of the per-round ratio ``num_r / den_r``, and its range over rounds.
+
+    For timings measured in interleaved rounds: a round slowed by the machine slows both sides, so
+    the ratio within a round is steadier than a ratio of two separate summaries. Returns
+    ``{"median", "low", "high", "n"}``; ``num`` and ``den`` must have the same positive length.
+    """
+    num, den = list(num), list(den)
+    if not num or len(num) != len(den):
+        raise ValueError(f"paired_ratio needs two equally long, non-empty series; got {len(num)} and {len(den)}")
+    r = np.array([a / b for a, b in zip(num, den)], dtype=float)
+    return {"median": float(np.median(r)), "low": float(r.min()), "high": float(r.max()), "n": int(r.size)}
 
 
 def wins(a: Iterable[float | None], b: Iterable[float | None], *, lower_is_better: bool = True,

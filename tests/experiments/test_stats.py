@@ -132,3 +132,16 @@ def test_quantiles_next_to_infinite_values():
         s = stats.summarize([-math.inf, math.inf, -1.0, 2.0])
         assert s["median"] == 0.5 and s["q25"] == -math.inf and s["q75"] == math.inf
         assert stats.summarize([-math.inf, math.inf, 3.0])["median"] == 3.0
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    # per-round ratios 2.0, 1.5, 1.2: median 1.5, although the best times (1 and 2) give 2.0
+    r = stats.paired_ratio([2.0, 3.0, 6.0], [1.0, 2.0, 5.0])
+    assert r == {"median": pytest.approx(1.5), "low": pytest.approx(1.2), "high": pytest.approx(2.0), "n": 3}
+    assert stats.paired_ratio([1.0, 3.0], [1.0, 1.0])["median"] == pytest.approx(2.0)  # even n: the mean of the two
+
+
+@pytest.mark.parametrize("num, den", [([], []), ([1.0, 2.0], [1.0])])
+def test_paired_ratio_refuses_unpaired_series(num, den):
+    with pytest.raises(ValueError, match="equally long"):
+        stats.paired_ratio(num, den)
