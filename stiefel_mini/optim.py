@@ -194,7 +194,8 @@ def frame_update_checked(
     ``buffers``: optional preallocated tensors, none aliasing an input, that the default rule
     (``"frame"``, ``"euclidean"``, ``"polar"``, a cap) writes into instead of allocating:
     ``"exp_avg"`` and ``"exp_avg_sq"`` receive the new moments, ``"frame"`` the new frames (all
-    three are returned), ``"scratch"`` (shaped as ``W``, compute dtype) the large intermediates.
+    three are returned), ``"scratch"`` (shaped as ``W``, compute dtype) the large intermediates,
+    ``"pp"`` (three ``(B, p, p)`` tensors, compute dtype) and ``"pp64"`` (one, float64) the small ones.
     :class:`StiefelAdam` passes persistent ones, so that a step allocates no frame-sized tensor.
     """
     buf = buffers or {}
