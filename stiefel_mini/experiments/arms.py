@@ -41,7 +41,7 @@ class Arm:
     ``"stiefel"`` (StiefelAdam's frame rule), ``"frozen"`` (random frames, never updated), ``"none"``
     (the experiment removes the attention routing; Q/K are unused and not trained).
     ``second_moment``, ``projector``: StiefelAdam's second-moment pooling and tangent projector for
-    ``qk="stiefel"``.
+    ``qk="stiefel"``; ``capped``: whether its trust cap ``max_step`` applies (``False``: no cap).
     ``qk_norm``: the attention is :class:`~stiefel_mini.attention.QKNormSelfAttention`.
     ``logit_scale``: forces the attention's logit scale (``None``: the experiment's setting).
     """
@@ -51,6 +51,7 @@ class Arm:
     code: str | None = None
     second_moment: str = "frame"
     projector: str = "euclidean"
+    capped: bool = True
     qk_norm: bool = False
     logit_scale: str | None = None
     description: str = ""
@@ -92,6 +93,8 @@ ARMS: dict[str, Arm] = {
             description="StiefelAdam with the canonical-metric projector"),
         Arm("stiefel_noproj", "stiefel", projector="none",
             description="StiefelAdam without tangent projection or transport (then the retraction)"),
+        Arm("stiefel_nocap", "stiefel", capped=False,
+            description="StiefelAdam without the trust cap (max_step None)"),
         Arm("stiefel_learned", "stiefel", logit_scale="learned",
             description="StiefelAdam on Q/K frames, learned per-head logit scale"),
         Arm("frozen_learned", "frozen", logit_scale="learned",
@@ -193,7 +196,8 @@ def make_optimizer(
         opt_cls = ProjectedAdamW
     elif spec.qk == "stiefel":
         frame_options = {"weight_decay": 0.0 if qk_weight_decay is None else qk_weight_decay,
-                         "lr": frame_lr, "second_moment": spec.second_moment, "max_step": max_step,
+                         "lr": frame_lr, "second_moment": spec.second_moment,
+                         "max_step": max_step if spec.capped else None,
                          "retraction": retraction, "projector": spec.projector}
         opt_cls = StiefelAdam
     groups = param_groups(model, weight_decay=weight_decay, frame_options=frame_options, qk_options=qk_options)

@@ -169,6 +169,16 @@ ROUND2_PLANS: dict[str, CifarConfig] = {
         out="results/cifar/r2_ablation.json",
         arms=("A0", "A1", "stiefel_column", "A7", "stiefel_canonical", "stiefel_noproj", "A5"), seeds=(0, 1, 2),
         train_fractions=(0.3,), epochs=10, frame_lr=0.03, **_R2),
+    # The mechanism where the frames move: r2_ablation's variants at A1's best frame lr (1.0, the
+    # mean step ~3/4 of the trust cap), plus A1 without the cap, on the same paired starts.
+    "r3_mechanism": CifarConfig(
+        out="results/cifar/r3_mechanism.json",
+        arms=("A1", "stiefel_column", "A7", "stiefel_canonical", "stiefel_noproj", "stiefel_nocap"),
+        seeds=(0, 1, 2), train_fractions=(0.3,), epochs=10, frame_lr=1.0, **_R2),
+    # A5 (AdamW then polar projection, no cap) around its r2_ablation frame lr 0.03, same starts.
+    "r3_polar": CifarConfig(
+        out="results/cifar/r3_polar.json", arms=("A5",), seeds=(0, 1, 2), train_fractions=(0.3,), epochs=10,
+        frame_lrs=(0.01, 0.1, 0.3), **_R2),
     # The GPU study: patch 4, a wider and deeper model, 12 paired seeds (results/cifar/gpu_round2.sh).
     "r2_gpu": CifarConfig(
         out="results/cifar/r2_gpu.json", arms=("A0", "A1", "A3", "qknorm"), seeds=tuple(range(12)),

@@ -87,6 +87,15 @@ def test_make_optimizer_frame_options_and_qk_decay():
     assert groups == {"qk": 2.0, "decay": 0.1, "no_decay": 0.0}
 
 
+def test_uncapped_arm_drops_only_the_trust_cap():
+    capped = arms.make_optimizer(_model("stiefel"), "stiefel", lr=1e-3, frame_lr=1.0, max_step=0.1)
+    uncapped = arms.make_optimizer(_model("stiefel_nocap"), "stiefel_nocap", lr=1e-3, frame_lr=1.0, max_step=0.1)
+    a, b = ([g for g in o.param_groups if g.get("stiefel")][0] for o in (capped, uncapped))
+    assert a["max_step"] == 0.1 and b["max_step"] is None
+    assert {k: v for k, v in a.items() if k not in ("params", "max_step")} == \
+        {k: v for k, v in b.items() if k not in ("params", "max_step")}
+
+
 def test_frozen_arm_needs_a_frozen_model():
     model = _model("stiefel")  # Q/K trainable
     with pytest.raises(ValueError, match="train_qk=False"):
