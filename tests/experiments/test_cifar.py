@@ -20,6 +20,7 @@ from stiefel_mini.geometry import orthogonality_error
 
 REPO = Path(__file__).resolve().parents[2]
 REPRO_FILE = REPO / "results" / "cifar" / "repro.json"
+PROFILE = REPO / "results" / "repro_profile.json"
 
 
 @pytest.fixture(scope="module")
@@ -274,14 +275,29 @@ def test_trust_cap_binds_at_large_frame_lr(tiny_root):
     assert h["orth_error"] < 1e-4
 
 
+def _config(stored: dict) -> CifarConfig:
+    fields = {f.name for f in dataclasses.fields(CifarConfig)}
+    return CifarConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in fields})
+
+
+def test_tiny_set_run_reproduces_the_profiled_run():
+    """The profile's reference run (A1 at frame lr 1.0 on the tiny set), step by step."""
+    prof = next(p for p in json.loads(PROFILE.read_text())["profiles"] if p["task"] == "cifar")
+    ref = prof["runs"]["kernel:native"]
+    h = cifar.tiny_set_run(_config(ref["config"]))
+    assert h["step"] == ref["step"]
+    for key in ("train_loss", "qk_step"):
+        assert h[key] == pytest.approx(ref[key], rel=REL_TOL), key
+
+
 def test_round2_files_reproduce_their_repro_run():
-    """Re-run the short tiny-set run each committed round-2 file stores first (its first grid point)."""
-    for path in sorted(REPRO_FILE.parent.glob("r2_*.json")):
+    """Re-run the short tiny-set run each committed sweep file stores first (its first grid point)."""
+    paths = sorted(REPRO_FILE.parent.glob("r[0-9]_*.json"))
+    assert any(json.loads(p.read_text())["repro"]["arm"] == "A1" for p in paths), "no StiefelAdam repro record"
+    for path in paths:
         stored = json.loads(path.read_text())
         repro = stored["repro"]
-        fields = {f.name for f in dataclasses.fields(CifarConfig)}
-        cfg = CifarConfig(**{k: tuple(v) if isinstance(v, list) else v
-                             for k, v in stored["provenance"]["config"].items() if k in fields})
+        cfg = _config(stored["provenance"]["config"])
         cfg = dataclasses.replace(cfg, arm=repro["arm_name"], seed=repro["seed"], lr=repro["lr"],
                                   frame_lr=repro["frame_lr"] if repro["frame_lr"] is not None else cfg.frame_lr)
         h = cifar.tiny_set_run(cfg)
@@ -295,10 +311,14 @@ def test_round2_files_reproduce_their_repro_run():
 # Reproduction of the stored record
 # ---------------------------------------------------------------------------------------------------
 
-# Stated tolerance: on the same torch build the rerun is bitwise identical; across machines BLAS
-# kernels and JPEG codecs may differ in the last bits, so losses and step sizes must agree to 1e-3
-# (relative) and accuracy to within 2 of the 100 test images.
-REL_TOL = 1e-3
+# Tolerance from the measured divergence profile (results/repro_profile.json, scripts/repro_profile.py):
+# with other CPU kernels forced (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, MKL_CBWR) the 30-step
+# tiny-set runs move by at most 6.4e-6 (relative; loss and Q/K step, every step), while each real
+# change (lr or frame lr x 1.1, seed 1, the A0 arm, the normal part kept in the frame rule's second
+# moment, its bias correction dropped) moves one of them by at least 0.028 by the last step, and
+# dropping the momentum's transport makes the step raise. 1e-4 sits a factor >= 15 from both.
+# Accuracy: within 2 of the 100 test images.
+REL_TOL = 1e-4
 ACC_TOL = 0.02
 
 

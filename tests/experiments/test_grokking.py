@@ -16,11 +16,44 @@ from stiefel_mini.geometry import orthogonality_error
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "grokking" / "cpu.json"
 
-# The reproduction test's tolerance. The rerun uses the same code, seed and single thread, so on the
-# machine that wrote the file it is bit-exact; across CPUs, BLAS kernels may reorder float32 sums,
-# which moves losses by ~1e-6 relative and can flip the argmax of a handful of near-tied examples.
-LOSS_RTOL = 1e-3
-ACC_ATOL = 0.01  # 1 percentage point
+PROFILE = Path(__file__).resolve().parents[2] / "results" / "repro_profile.json"
+
+# Reproduction tolerances, from the measured divergence profile (results/repro_profile.json, written
+# by scripts/repro_profile.py; results/README.md has its table). With other CPU kernels forced here
+# (ATEN_CPU_CAPABILITY=default / avx2 / avx512, MKL_ENABLE_INSTRUCTIONS=AVX2, MKL_CBWR=COMPATIBLE)
+# the reproduction run's first 3 updates move by at most 9.1e-6 (relative; training loss and frame
+# distance), while each real change (lr x 1.1, seed 1, the AdamW arm, frozen frames, the normal part
+# kept in the frame rule's second moment, its bias correction dropped) moves one of them by at least
+# 0.067: EARLY_RTOL sits a factor 10 above the first. Dropping the momentum's transport moves them by
+# only 1.6e-5 here (the polar retraction removes the same normal part to first order); the CIFAR
+# reproduction run catches it. Later the dynamics amplify rounding (the loss
+# spreads by 3e-3 after 20 updates, 3e-2 after 100, where lr x 1.1 moves it by 0.18 and 0.07), so the
+# stored 100-step runs are compared before any update (START_RTOL), after 20 updates (STEP20_RTOL,
+# 10x the kernels' spread) and in accuracy (the kernels: <= 0.0045) up to the profile's horizon.
+EARLY_UPDATES, EARLY_RTOL = 3, 1e-4
+START_RTOL = 1e-5
+STEP20_RTOL = 3e-2
+ACC_ATOL = 0.02
+PROFILED_STEPS = 100
+
+
+def _config(stored: dict) -> G.GrokkingConfig:
+    fields = {f.name for f in dataclasses.fields(G.GrokkingConfig)}
+    return G.GrokkingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in fields})
+
+
+def _assert_reproduces(again: dict, stored: dict, label: str) -> None:
+    """A stored history against a re-run, at every stored step up to the profile's horizon."""
+    steps = [s for s in stored["step"] if s <= PROFILED_STEPS]
+    assert steps, f"{label}: no stored evaluation within the first {PROFILED_STEPS} steps"
+    for s in steps:
+        i, j = stored["step"].index(s), again["step"].index(s)
+        rtol = START_RTOL if s == 0 else STEP20_RTOL if s <= 20 else None
+        for key in ("train_loss", "val_loss", "max_logit") if rtol is not None else ():
+            assert math.isclose(again[key][j], stored[key][i], rel_tol=rtol), (label, key, s, again[key][j],
+                                                                               stored[key][i])
+        for key in ("train_acc", "val_acc"):
+            assert abs(again[key][j] - stored[key][i]) <= ACC_ATOL, (label, key, s)
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "div"])
@@ -278,54 +311,38 @@ def test_cli_plan(tmp_path, capsys):
         G.main(["sweep", "--plan", "nope"])
 
 
+def test_first_updates_reproduce_the_profiled_run():
+    """The profile's reference run (this repository's reproduction setting), update by update."""
+    prof = next(p for p in load_results(PROFILE)["profiles"] if p["task"] == "grokking")
+    ref = prof["runs"]["kernel:native"]
+    cfg = dataclasses.replace(_config(ref["config"]), steps=EARLY_UPDATES)
+    again = G.run(cfg)["history"]
+    assert again["step"] == ref["step"][:EARLY_UPDATES + 1]
+    for key in ("train_loss", "dist_q"):
+        torch.testing.assert_close(torch.tensor(again[key]), torch.tensor(ref[key][:EARLY_UPDATES + 1]),
+                                   rtol=EARLY_RTOL, atol=0.0, msg=key)
+
+
 def test_reproduces_round2_results():
     """Re-run the short repro run each committed round-2 file stores first (so partial files have it)."""
     for path in sorted(RESULTS.parent.glob("r2_*.json")):
         repro = load_results(path)["repro"]
-        fields = {f.name for f in dataclasses.fields(G.GrokkingConfig)}
-        cfg = G.GrokkingConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                  for k, v in repro["config"].items() if k in fields})
-        again = G.run(dataclasses.replace(cfg, progress=False))["history"]
-        stored = repro["history"]
-        assert again["step"] == stored["step"], path.name
-        for key in ("train_loss", "val_loss", "max_logit"):
-            torch.testing.assert_close(torch.tensor(again[key]), torch.tensor(stored[key]), rtol=LOSS_RTOL,
-                                       atol=1e-6, msg=f"{path.name} {key}")
-        for key in ("train_acc", "val_acc"):
-            assert max(abs(a - b) for a, b in zip(again[key], stored[key])) <= ACC_ATOL, (path.name, key)
+        cfg = dataclasses.replace(_config(repro["config"]), progress=False)
+        _assert_reproduces(G.run(cfg)["history"], repro["history"], path.name)
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="no committed grokking results")
 def test_reproduces_committed_results():
-    """Re-run the stored short repro run (one arm and seed of the committed sweep, reduced length).
-
-    It must reproduce the stored history within LOSS_RTOL / ACC_ATOL, and agree with the committed
-    full-length run of the same arm and seed at every evaluation they share.
-    """
+    """Re-run the stored repro run of the round-1 sweep (its first PROFILED_STEPS steps: the lr is
+    constant, so they are those of the stored run); it must match the stored record and the committed
+    full-length run of the same arm and seed wherever they share an evaluation."""
     results = load_results(RESULTS)
     repro = results["repro"]
-    if repro is None:
-        pytest.skip("the sweep writing the results has not stored its repro record yet")
-    fields = {f.name for f in dataclasses.fields(G.GrokkingConfig)}
-    cfg = G.GrokkingConfig(**{k: tuple(v) if isinstance(v, list) else v
-                              for k, v in repro["config"].items() if k in fields})
-    cfg = dataclasses.replace(cfg, progress=False)
+    cfg = dataclasses.replace(_config(repro["config"]), progress=False, steps=PROFILED_STEPS)
     again = G.run(cfg)["history"]
-    stored = repro["history"]
-    assert again["step"] == stored["step"]
-    torch.testing.assert_close(torch.tensor(again["train_loss"]), torch.tensor(stored["train_loss"]),
-                               rtol=LOSS_RTOL, atol=1e-6)
-    torch.testing.assert_close(torch.tensor(again["val_loss"]), torch.tensor(stored["val_loss"]),
-                               rtol=LOSS_RTOL, atol=1e-6)
-    for key in ("train_acc", "val_acc"):
-        assert max(abs(a - b) for a, b in zip(again[key], stored[key])) <= ACC_ATOL, key
+    _assert_reproduces(again, repro["history"], "repro")
     full = next(r for r in results["runs"] if r["arm"] == cfg.arm and r["seed"] == cfg.seed)
-    shared = {s: i for i, s in enumerate(full["history"]["step"]) if s <= cfg.steps}
-    assert shared, "the committed run has no evaluation inside the repro window"
-    for s, i in shared.items():
-        j = again["step"].index(s)
-        assert math.isclose(again["val_loss"][j], full["history"]["val_loss"][i], rel_tol=LOSS_RTOL)
-        assert abs(again["val_acc"][j] - full["history"]["val_acc"][i]) <= ACC_ATOL
+    _assert_reproduces(again, full["history"], "committed run")
 
 
 def test_summary_table_pairs_seeds_counts_censoring_and_corrects():
