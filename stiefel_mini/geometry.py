@@ -85,7 +85,7 @@ def project_tangent(W: Tensor, G: Tensor) -> Tensor:
     """Orthogonal projection onto the tangent space at W for the embedded (Euclidean) metric.
 
     ``P_W(G) = G - W sym(W^T G)``.  The tangent space is ``{V : W^T V + V^T W = 0}``; the removed
-    part ``W sym(W^T G)`` lies in the normal space ``{W S : S = S^T}``. Applied to a Euclidean
+    part ``W sym(W^T G)`` lies in the normal space ``{W N : N = N^T}``. Applied to a Euclidean
     gradient it gives the Riemannian gradient for the metric ``<U, V> = tr(U^T V)``.
 
     Shapes: W, G ``(..., n, p)`` -> ``(..., n, p)``.
@@ -361,9 +361,9 @@ def exp_retraction(W: Tensor, V: Tensor) -> Tensor:
 
     Raises ``ValueError`` for a step it cannot take to working precision (checked per frame).
 
-    With ``A = W^T V`` (skew for tangent V) and ``S = V^T V``,
+    With ``A = W^T V`` (skew for tangent V) and ``C = V^T V``,
 
-    ``Exp_W(V) = [W, V] expm([[A, -S], [I, A]]) [[expm(-A)], [0]]``,
+    ``Exp_W(V) = [W, V] expm([[A, -C], [I, A]]) [[expm(-A)], [0]]``,
 
     which follows the geodesic from W with initial velocity V for unit time. Defined for tangent
     V; a non-tangent V should be projected first. Like the Cayley map it does not pull a drifted W
