@@ -196,7 +196,7 @@ def polar_factor_checked(
       binomial series of the degree :func:`series_degree` gives for ``bound``; a frame with
       ``delta > bound`` is refused (``ok`` False, its result NaN) instead of being returned wrong.
     * ``bound=None``: the series (degree for ``delta <= 1/4``) where ``delta <= 1/4``, and the
-      polar factor ``U V^T`` of the SVD ``M = U S V^T`` elsewhere. The Gram route squares the
+      polar factor ``U V^T`` of the SVD ``M = U Sigma V^T`` elsewhere. The Gram route squares the
       condition number of M; the SVD does not, so any full-rank M is handled to working
       precision. Both are computed for every frame and chosen per frame with ``torch.where``.
       A numerically rank-deficient frame (``s_min <= n u s_max``) is refused.
@@ -448,7 +448,7 @@ def retract(W: Tensor, V: Tensor, method: str = "polar") -> Tensor:
 
 
 def project(A: Tensor, *, rtol: float | None = None) -> Tensor:
-    """Closest frame to a full-rank matrix: the orthogonal polar factor ``U V^T`` of ``A = U S V^T``.
+    """Closest frame to a full-rank matrix: the orthogonal polar factor ``U V^T`` of ``A = U Sigma V^T``.
 
     ``project(A) = argmin_{W in St} ||W - A||_F = A (A^T A)^{-1/2}``.  Raises ``ValueError`` if some
     matrix is (numerically) rank-deficient, because its closest frame is then not unique.
