@@ -104,7 +104,8 @@ def _flow(ax: Any, boxes: Sequence[tuple[float, float, str, str, bool]],
     w, h = size
     for x, y, title, detail, is_frame in boxes:
         color = FRAME_COLOR if is_frame else PLAIN_COLOR
-        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
+        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h,
+                                    boxstyle="round,pad=0.02,rounding_size=0.08",
                                     facecolor=color if is_frame else "white", edgecolor=color,
                                     alpha=0.9 if is_frame else 1.0, lw=1.4))
         ink = "white" if is_frame else "black"
