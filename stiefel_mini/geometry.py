@@ -85,7 +85,7 @@ def project_tangent(W: Tensor, G: Tensor) -> Tensor:
     """Orthogonal projection onto the tangent space at W for the embedded (Euclidean) metric.
 
     ``P_W(G) = G - W sym(W^T G)``.  The tangent space is ``{V : W^T V + V^T W = 0}``; the removed
-    part ``W sym(W^T G)`` lies in the normal space ``{W S : S = S^T}``. Applied to a Euclidean
+    part ``W sym(W^T G)`` lies in the normal space ``{W N : N = N^T}``. Applied to a Euclidean
     gradient it gives the Riemannian gradient for the metric ``<U, V> = tr(U^T V)``.
 
     Shapes: W, G ``(..., n, p)`` -> ``(..., n, p)``.
@@ -196,7 +196,7 @@ def polar_factor_checked(
       binomial series of the degree :func:`series_degree` gives for ``bound``; a frame with
       ``delta > bound`` is refused (``ok`` False, its result NaN) instead of being returned wrong.
     * ``bound=None``: the series (degree for ``delta <= 1/4``) where ``delta <= 1/4``, and the
-      polar factor ``U V^T`` of the SVD ``M = U S V^T`` elsewhere. The Gram route squares the
+      polar factor ``U V^T`` of the SVD ``M = U Sigma V^T`` elsewhere. The Gram route squares the
       condition number of M; the SVD does not, so any full-rank M is handled to working
       precision. Both are computed for every frame and chosen per frame with ``torch.where``.
       A numerically rank-deficient frame (``s_min <= n u s_max``) is refused.
@@ -361,9 +361,9 @@ def exp_retraction(W: Tensor, V: Tensor) -> Tensor:
 
     Raises ``ValueError`` for a step it cannot take to working precision (checked per frame).
 
-    With ``A = W^T V`` (skew for tangent V) and ``S = V^T V``,
+    With ``A = W^T V`` (skew for tangent V) and ``C = V^T V``,
 
-    ``Exp_W(V) = [W, V] expm([[A, -S], [I, A]]) [[expm(-A)], [0]]``,
+    ``Exp_W(V) = [W, V] expm([[A, -C], [I, A]]) [[expm(-A)], [0]]``,
 
     which follows the geodesic from W with initial velocity V for unit time. Defined for tangent
     V; a non-tangent V should be projected first. Like the Cayley map it does not pull a drifted W
@@ -448,7 +448,7 @@ def retract(W: Tensor, V: Tensor, method: str = "polar") -> Tensor:
 
 
 def project(A: Tensor, *, rtol: float | None = None) -> Tensor:
-    """Closest frame to a full-rank matrix: the orthogonal polar factor ``U V^T`` of ``A = U S V^T``.
+    """Closest frame to a full-rank matrix: the orthogonal polar factor ``U V^T`` of ``A = U Sigma V^T``.
 
     ``project(A) = argmin_{W in St} ||W - A||_F = A (A^T A)^{-1/2}``.  Raises ``ValueError`` if some
     matrix is (numerically) rank-deficient, because its closest frame is then not unique.

@@ -8,13 +8,15 @@ chapters' plotting code short and the figures readable at the width of the book'
 - :func:`panels` -- a grid of ``n`` axes, two a row, with unused cells removed.
 - :func:`legend_outside` -- a legend to the right of (or below) the axes, never over the data.
 - :func:`arm_colors` -- one fixed colour per arm name, the same in every figure of a chapter.
+- :func:`attention_head_diagram` -- where the frames W_Q, W_K sit in one attention head.
+- :func:`step_pipeline_diagram` -- the stages of one StiefelAdam step on a frame.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["panels", "legend_outside", "arm_colors"]
+__all__ = ["panels", "legend_outside", "arm_colors", "attention_head_diagram", "step_pipeline_diagram"]
 
 COLUMN_WIDTH_IN = 6.8  # inches: the column of the book's pages shows a figure this wide at natural size
 
@@ -85,3 +87,101 @@ def arm_colors(arms: Sequence[str]) -> dict[str, str]:
     """A fixed colour (``"C0"``, ``"C1"``, ...) per arm, in the order given."""
     return {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
 
+
+
+FRAME_COLOR = "C0"  # boxes that hold or act on a Stiefel frame, in both diagrams
+PLAIN_COLOR = "0.55"
+
+
+def _flow(ax: Any, boxes: Sequence[tuple[float, float, str, str, bool]],
+          arrows: Sequence[tuple[int, int]], size: tuple[float, float]) -> None:
+    """Draw labelled boxes ``(x, y, title, detail, is_frame)`` (centres in data units) and arrows.
+
+    An arrow ``(i, j)`` joins box ``i`` to box ``j``, edge to edge; frame boxes are filled.
+    """
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    w, h = size
+    for x, y, title, detail, is_frame in boxes:
+        color = FRAME_COLOR if is_frame else PLAIN_COLOR
+        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h,
+                                    boxstyle="round,pad=0.02,rounding_size=0.08",
+                                    facecolor=color if is_frame else "white", edgecolor=color,
+                                    alpha=0.9 if is_frame else 1.0, lw=1.4))
+        ink = "white" if is_frame else "black"
+        ax.text(x, y + (0.13 * h if detail else 0), title, ha="center", va="center", color=ink,
+                fontsize=10, fontweight="bold")
+        if detail:
+            ax.text(x, y - 0.22 * h, detail, ha="center", va="center", color=ink, fontsize=9)
+    for i, j in arrows:
+        (x0, y0), (x1, y1) = boxes[i][:2], boxes[j][:2]
+        dx, dy = x1 - x0, y1 - y0
+        # leave each box through the side facing the other box
+        sx = (w / 2) * (1 if dx > 0 else -1) if abs(dx) * h >= abs(dy) * w else 0.0
+        sy = 0.0 if sx else (h / 2) * (1 if dy > 0 else -1)
+        ax.add_patch(FancyArrowPatch((x0 + sx, y0 + sy), (x1 - sx, y1 - sy), arrowstyle="-|>",
+                                     mutation_scale=12, color="0.25", lw=1.2, shrinkA=2, shrinkB=2))
+    ax.set_aspect("equal")
+    ax.axis("off")
+
+
+def attention_head_diagram(width: float = COLUMN_WIDTH_IN):
+    r"""Where the Stiefel frames sit in one attention head: a block diagram (matplotlib).
+
+    Tokens ``x`` (T x n, n = d_model) go through the query and key projections ``W_Q^h``,
+    ``W_K^h`` (frames in St(n, p), filled boxes) to the logits
+    :math:`\ell_{ij} = s_h\, x_i^\top W_Q^h W_K^{h\top} x_j`, the softmax, the values ``W_V^h``
+    and the output projection ``W_O`` (ordinary weights, open boxes).
+
+    Returns:
+        The ``Figure`` (one axes, no data).
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width, 0.42 * width), layout="constrained")
+    boxes = [
+        (0.0, 1.6, "tokens", r"$x$: $T \times n$", False),                       # 0
+        (2.4, 2.9, r"$W_Q^h$", r"frame in St$(n, p)$", True),                  # 1
+        (2.4, 1.6, r"$W_K^h$", r"frame in St$(n, p)$", True),                  # 2
+        (2.4, 0.3, r"$W_V^h$", r"$n \times p$, free", False),                 # 3
+        (4.8, 2.25, "logits", r"$s_h\, x W_Q^h (x W_K^h)^\top$", False),     # 4
+        (7.2, 2.25, "softmax", "rows sum to 1", False),                        # 5
+        (7.2, 0.3, "mix values", r"$T \times p$ per head", False),            # 6
+        (9.6, 0.3, r"$W_O$", r"heads $\to n$, free", False),                  # 7
+    ]
+    _flow(ax, boxes, [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (4, 5), (5, 6), (3, 6), (6, 7)], (2.0, 1.0))
+    ax.set_xlim(-1.1, 10.7)
+    ax.set_ylim(-0.3, 3.5)
+    ax.set_title("one attention head: the frames (filled) are the query and key projections")
+    return fig
+
+
+def step_pipeline_diagram(width: float = COLUMN_WIDTH_IN):
+    r"""The stages of one ``StiefelAdam`` step on a frame ``W_t``: a block diagram (matplotlib).
+
+    Gradient ``G_t`` -> projection :math:`\xi_t = P_{W_t}(G_t)` -> moments ``m_t`` and one scalar
+    ``v_t`` -> Adam direction ``D_t`` -> trust cap (length at most ``delta = max_step``) -> retraction
+    :math:`W_{t+1} = R_{W_t}(S_t)` -> transport of ``m_t`` to the tangent space at ``W_{t+1}``, which
+    the next step's moments use.
+
+    Returns:
+        The ``Figure`` (one axes, no data).
+    """
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width, 0.34 * width), layout="constrained")
+    boxes = [
+        (0.0, 1.5, "gradient", r"$G_t$ at $W_t$", False),                       # 0
+        (2.4, 1.5, "project", r"$\xi_t = P_{W_t}(G_t)$", True),                 # 1
+        (4.8, 1.5, "moments", r"$m_t$; one scalar $v_t$", False),               # 2
+        (7.2, 1.5, "direction", r"$D_t$, $\|D_t\|_F \approx 1$", False),       # 3
+        (7.2, 0.0, "cap the step", r"$\|S_t\|_F \leq \delta$", False),         # 4
+        (4.8, 0.0, "retract", r"$W_{t+1} = R_{W_t}(S_t)$", True),               # 5
+        (2.4, 0.0, "transport", r"$m_t$ to $T_{W_{t+1}}$", True),               # 6
+    ]
+    _flow(ax, boxes, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 2)], (2.0, 1.0))
+    ax.text(3.7, 0.5, "next step", fontsize=9, color="0.25", ha="left", va="center")
+    ax.set_xlim(-1.1, 8.3)
+    ax.set_ylim(-0.6, 2.1)
+    ax.set_title("one StiefelAdam step on a frame (filled: uses the manifold's geometry)")
+    return fig

@@ -78,3 +78,111 @@ def test_visible_code_lines_fit_the_page(path):
         f"{path.name}: (cell, line, width) over {MAX_CODE_LINE} characters: {long}; "
         "rewrap them (PEP 8 continuation lines)"
     )
+
+
+# Parts I-II: the chapters that teach the geometry and the module.
+TEXTBOOK_CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay"]
+
+
+def _cells(name: str) -> list[dict]:
+    return json.loads((BOOK / f"{name}.ipynb").read_text())["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+@pytest.mark.parametrize("name", TEXTBOOK_CHAPTERS)
+def test_chapter_has_aims_summary_exercises_and_executed_solutions(name):
+    """Aims first, then a summary, 3-5 exercises, and solutions whose code the build runs."""
+    cells = _cells(name)
+    assert ":class: tip learning-aims" in _source(cells[0]), f"{name}: no 'What you will learn' block in the first cell"
+    aims = re.search(r":class: tip learning-aims\n\n((?:- .+\n)+):::", _source(cells[0]))
+    assert aims and 2 <= aims.group(1).count("\n- ") + 1 <= 4, f"{name}: the aims block needs 2-4 points"
+    text = [_source(c) for c in cells if c["cell_type"] == "markdown"]
+    summary = [i for i, t in enumerate(text) if re.search(r"^## Summary$", t, re.M)]
+    exercises = [t for t in text if re.search(r"^## Exercises$", t, re.M)]
+    assert summary and exercises, f"{name}: needs a '## Summary' and an '## Exercises' section"
+    listed = re.findall(r"^(\d+)\. ", exercises[0].split("## Exercises", 1)[1], re.M)
+    assert 3 <= len(listed) <= 5 and listed == [str(i + 1) for i in range(len(listed))], \
+        f"{name}: 3-5 exercises numbered 1..n, found {listed}"
+    dropdowns = re.findall(r":::\{admonition\} Solution (\d+)\n:class: dropdown", "\n".join(text))
+    assert sorted(set(dropdowns), key=int) == listed, f"{name}: one collapsed solution per exercise, found {dropdowns}"
+    checked = [
+        _source(c) for c in cells
+        if c["cell_type"] == "code" and _source(c).startswith("# Solution")
+        and "hide-input" in c.get("metadata", {}).get("tags", [])
+    ]
+    assert checked, f"{name}: no solution code cell (tagged hide-input) that the build executes"
+    for src in checked:
+        assert "assert" in src, f"{name}: a solution cell checks nothing (no assert): {src.splitlines()[0]}"
+
+
+PROCESS_WORDS = re.compile(
+    r"\bissues?\s*#?\d+|\bround\s+\d+\b|\brounds?\s+\d|kept as history|git_dirty"
+    r"|(?<![\w/])(?:\.\./)+shared|/work/|/home/|/tmp/"
+    r"|\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b",
+    re.I,
+)
+
+
+@pytest.mark.parametrize("name", TEXTBOOK_CHAPTERS)
+def test_no_process_words_in_the_reader_text(name):
+    """No issue numbers, rounds, commit hashes or machine paths in what a reader of Parts I-II sees."""
+    found = [
+        (i, m.group(0))
+        for i, c in enumerate(_cells(name))
+        for m in PROCESS_WORDS.finditer(_source(c))
+    ]
+    assert not found, f"{name}: process words (cell, text): {found}"
+
+
+def test_process_word_pattern_catches_what_it_should():
+    for bad in ("(issue 16)", "Round 1, kept as history", "at commit 820842e", "../shared/data/x", "git_dirty"):
+        assert PROCESS_WORDS.search(bad), bad
+    for fine in ("round-off", "rounded", "the decay", "a facade", "issues a warning", "1e-12"):
+        assert not PROCESS_WORDS.search(fine), fine
+
+
+def _glossary_terms() -> set[str]:
+    text = (BOOK / "glossary.md").read_text()
+    block = text.split("```{glossary}", 1)[1].split("```", 1)[0]
+    return {line.strip().lower() for line in block.splitlines() if line and not line.startswith(" ")}
+
+
+def _book_texts() -> dict[str, str]:
+    texts = {p.name: "\n".join(_source(c) for c in json.loads(p.read_text())["cells"]) for p in NOTEBOOKS}
+    texts.update({p.name: p.read_text() for p in BOOK.glob("*.md")})
+    return texts
+
+
+def test_every_term_link_names_a_glossary_entry():
+    terms = _glossary_terms()
+    assert {"frame", "arm", "paired start", "resolved", "holm", "trust cap", "frame lr", "retraction",
+            "tangent space"} <= terms
+    missing = [
+        (name, target)
+        for name, text in _book_texts().items()
+        for label in re.findall(r"\{term\}`([^`]+)`", text)
+        for target in [re.sub(r"^.*<(.+)>$", r"\1", label).strip().lower()]
+        if target not in terms
+    ]
+    assert not missing, f"{{term}} links to no glossary entry: {missing}"
+
+
+def test_every_citation_is_in_the_bibliography_with_a_checked_identifier_format():
+    bib = (BOOK / "references.bib").read_text()
+    keys = set(re.findall(r"^@\w+\{([^,]+),", bib, flags=re.M))
+    cited = {
+        key.strip()
+        for text in _book_texts().values()
+        for group in re.findall(r"\{cite(?::[tp])?\}`([^`]+)`", text)
+        for key in group.split(",")
+    }
+    assert cited and cited <= keys, f"cited but not in book/references.bib: {sorted(cited - keys)}"
+    for eprint in re.findall(r"eprint\s*=\s*\{([^}]*)\}", bib):
+        assert re.fullmatch(r"\d{4}\.\d{4,5}", eprint), f"not an arXiv id: {eprint}"
+    for doi in re.findall(r"doi\s*=\s*\{([^}]*)\}", bib):
+        assert re.fullmatch(r"10\.\d{4,9}/\S+", doi), f"not a DOI: {doi}"
+    for chapter in TEXTBOOK_CHAPTERS:
+        assert "{cite" in _book_texts()[f"{chapter}.ipynb"], f"{chapter} cites nothing"

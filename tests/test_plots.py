@@ -1,0 +1,49 @@
+"""The book's overview diagrams: they draw, name the right stages, and mark the frames."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
+from matplotlib.patches import FancyBboxPatch  # noqa: E402
+
+from stiefel_mini.plots import FRAME_COLOR, attention_head_diagram, step_pipeline_diagram  # noqa: E402
+
+
+def _texts(fig):
+    return [t.get_text() for t in fig.axes[0].texts]
+
+
+def _filled_titles(fig):
+    """Titles of the boxes drawn filled with the frame colour (the title is the text at the box centre)."""
+    ax = fig.axes[0]
+    boxes = [p for p in ax.patches if isinstance(p, FancyBboxPatch)]
+    filled = [p for p in boxes if p.get_facecolor()[:3] == to_rgba(FRAME_COLOR)[:3]]
+    titles = []
+    for p in filled:
+        x0, y0, w, h = p.get_x(), p.get_y(), p.get_width(), p.get_height()
+        inside = [t.get_text() for t in ax.texts
+                  if x0 <= t.get_position()[0] <= x0 + w and y0 + h / 2 <= t.get_position()[1] <= y0 + h]
+        titles.extend(inside)
+    return sorted(titles)
+
+
+def test_attention_diagram_marks_only_the_query_and_key_projections_as_frames():
+    fig = attention_head_diagram()
+    fig.canvas.draw()  # mathtext parses
+    assert r"$W_O$" in _texts(fig) and "softmax" in _texts(fig)
+    assert _filled_titles(fig) == sorted([r"$W_K^h$", r"$W_Q^h$"])
+    plt.close(fig)
+
+
+def test_step_pipeline_has_the_five_stages_in_order_and_the_geometric_ones_filled():
+    fig = step_pipeline_diagram()
+    fig.canvas.draw()
+    texts = _texts(fig)
+    stages = ["project", "moments", "cap the step", "retract", "transport"]
+    assert [s for s in texts if s in stages] == stages
+    assert _filled_titles(fig) == sorted(["project", "retract", "transport"])
+    arrows = [p for p in fig.axes[0].patches if not isinstance(p, FancyBboxPatch)]
+    assert len(arrows) == 7  # the six stages chained, and the transport feeding the next moments
+    plt.close(fig)
