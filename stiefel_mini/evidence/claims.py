@@ -20,8 +20,10 @@ Verdict words (:func:`verdicts`), from the primary:
   above it ("freezing costs +1.87 pp [+0.64, +3.10], not 0.28");
 - ``not resolved``: either the test cannot reach the level at this n ("n = 5 cannot go below
   p = 0.0625") or it can and did not; the numbers are given, and neither reads as "no effect";
-- ``not tested yet`` (the file or its paired seeds are missing), ``not tested at this scale``,
-  and ``by construction`` for claims about the algorithm's definition.
+- ``partly reproduced`` (a bundle whose resolved parts agree with the claim while the rest is not
+  resolved), ``not tested yet`` (the file or its paired seeds are missing), and ``by construction``
+  for claims about the algorithm's definition. What a regime did not reach (the paper's scale) is
+  each claim's ``scale_note``.
 """
 
 from __future__ import annotations
@@ -302,7 +304,7 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
     else:
         row = compare.paired(a, b, value, label=comp.label, regime=comp.regime, higher_is_better=comp.higher_is_better,
                              censored=comp.censored, test=comp.test, unit=comp.unit)
-    row.update(files=present, ratio=comp.ratio, arm=comp.b, baseline=comp.a)
+    row.update(files=present, declared_files=list(comp.files), ratio=comp.ratio, arm=comp.b, baseline=comp.a)
     return row
 
 
@@ -359,9 +361,17 @@ def _not_resolved(row: dict, what: str) -> str:
     return f"not resolved: {effect_text(row, what)}, p = {row['p_holm']:.2g}"
 
 
+def _missing(row: dict) -> str:
+    """``"not tested yet: ..."``: which declared file is absent, or that it holds no paired seed."""
+    absent = [f for f in row["declared_files"] if f not in row["files"]]
+    if absent and not row["files"]:
+        return f"not tested yet: {', '.join(absent)} not run yet"
+    return f"not tested yet: no paired seed in {', '.join(row['files'])} yet"
+
+
 def _size_verdict(c: Claim, row: dict) -> tuple[str, str]:
     if row["n"] == 0:
-        return "not tested yet", f"not tested yet: no paired seed in {', '.join(row['files']) or 'its file'}"
+        return "not tested yet", _missing(row)
     if not row["resolved"]:
         return "not resolved", _not_resolved(row, c.what)
     lo, hi = row["ci"] if row["ci"] is not None else (row["mean"], row["mean"])
@@ -388,7 +398,7 @@ def _ratio_verdict(c: Claim, row: dict) -> tuple[str, str]:
     lo_p, hi_p = c.paper_range
     want = f"not {lo_p:g}-{hi_p:g}x"
     if row["n"] < 2:
-        return "not tested yet", f"not tested yet: {row['n']} paired seed(s)"
+        return "not tested yet", _missing(row) if row["n"] == 0 else f"not tested yet: {row['n']} paired seed"
     lo, hi = row["ci"]
     if lo >= lo_p and hi <= hi_p:
         return "reproduced", f"reproduced: {effect_text(row, c.what)}"
@@ -400,21 +410,23 @@ def _ratio_verdict(c: Claim, row: dict) -> tuple[str, str]:
 def _ingredients_verdict(c: Claim, rows: list[dict]) -> tuple[str, str]:
     have = [r for r in rows if r["n"]]
     if not have:
-        return "not tested yet", f"not tested yet: no paired seed in {', '.join(rows[0]['files']) or 'its files'}"
+        return "not tested yet", _missing(rows[0])
     differ = [r for r in have if r["resolved"] and r["baseline"] in c.expect_zero]
     step = [r for r in have if r["baseline"] not in c.expect_zero]
-    if differ:
-        r = min(differ, key=lambda r: r["p_holm"])
-        return "contradicted", f"contradicted: {effect_text(r, r['label'])}, resolved"
+    against = [r for r in step if r["resolved"] and r["mean"] is not None and r["mean"] < 0]
+    if differ or against:
+        r = min(differ + against, key=lambda r: r["p_holm"])
+        return "contradicted", f"contradicted: {effect_text(r, r['label'].split(' (')[0])}, resolved"
+    big = max(have, key=lambda r: abs(r["mean"] if r["mean"] is not None else 0.0))
+    largest = f"largest: {effect_text(big, big['label'].split(' (')[0])}"
     if not any(r["testable"] for r in have):
         n = max(r["n"] for r in have)
-        big = max(have, key=lambda r: abs(r["mean"] if r["mean"] is not None else 0.0))
-        return "not resolved", (f"not resolved: n = {n} cannot go below p = {smallest_p(n):.3g} "
-                                f"(largest: {effect_text(big, big['label'].split(' (')[0])})")
-    if step and all(r["resolved"] and r["mean"] > 0 for r in step):
-        return "not resolved", ("in direction: " + "; ".join(effect_text(r, r["label"].split(" (")[0]) for r in step)
-                                + " resolved; no variant resolved apart from A1, which cannot show they are equal")
-    return "not resolved", "not resolved: no comparison of the family resolved after correction"
+        return "not resolved", f"not resolved: n = {n} cannot go below p = {smallest_p(n):.3g} ({largest})"
+    if step and all(r["resolved"] for r in step):
+        return "partly reproduced", ("partly reproduced: " + "; ".join(
+            effect_text(r, r["label"].split(" (")[0]) for r in step) + " resolved; the variants are not resolved "
+            "apart from A1, which does not show that they are equal")
+    return "not resolved", f"not resolved: no comparison of the family resolved after correction ({largest})"
 
 
 def evaluate(c: Claim, root: str | Path | None = None) -> dict:
