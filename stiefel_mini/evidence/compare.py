@@ -17,7 +17,7 @@ per-seed differences ``d_i = value(b_i) - value(a_i)`` over the seeds both finis
 
 Censoring: a "steps to reach" metric of a run that never reached it counts as ``+inf``; it enters
 the wins and both tests by its sign (two censored runs tie), and the mean and interval are then
-undefined (``None``, with ``n_censored``).
+undefined (``None``, with ``n_censored`` the pairs holding a censored run).
 
 :func:`correct` fills in, for one family of rows, ``testable`` (Tarone's rule: can the test reach
 ``alpha`` at this n at all), ``p_holm`` (Holm's correction among the testable rows, ``None`` for the
@@ -80,7 +80,7 @@ def paired(a: Mapping[int, Any], b: Mapping[int, Any], value: Callable[[Any], fl
     d = paired_differences(va, vb)  # (n,) b - a; both censored: 0
     better = d > 0 if higher_is_better else d < 0
     worse = d < 0 if higher_is_better else d > 0
-    n_cens = int(np.isinf(d).sum())
+    n_cens = int((np.isinf(va) | np.isinf(vb)).sum())  # pairs with a censored run: their difference is unknown
     med = median_interval(d)
     res = TESTS[test](d)
     row.update(diffs=[float(x) for x in d], median=med["median"], low=float(d.min()), high=float(d.max()),
