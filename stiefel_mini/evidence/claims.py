@@ -160,7 +160,7 @@ CLAIMS: tuple[Claim, ...] = (
           confirm=(8, 9, 10, 11), confirm_note="A0 and A1 on seeds 8-11 (12 paired starts, the paper's count)",
           scale_note="patch 8 (16 tokens) and a small model; the paper's patch 4 and model not run"),
     Claim("cifar_widens", "The gap to AdamW widens with more data", "widens", "cifar", "size",
-          what="(A1 − A0) at 50,000 minus at 5,000 images", paper_value=None,
+          what="gap at 50,000 − gap at 5,000 images", paper_value=None,
           primaries=((Comparison("(A1 − A0) at 50,000 − at 5,000 images", SCL_REGIME + ", 5,000 vs 50,000 images",
                                  ("cifar/r2_scaling.json",), "A0", "A1",
                                  of_gap=(_sel(train_fraction=0.1), _sel(train_fraction=1.0))),),),
@@ -487,7 +487,7 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
     else:
         out["sure"] = sure_text(prim[0], 1)
     if not declared_first:
-        out["sure"] += f"; the declared study ({', '.join(c.primaries[0][0].files[:1])}) has not run yet"
+        out["sure"] += f"; the declared study ({c.primaries[0][0].regime}) has not run yet"
     out.update(status=status, verdict=verdict)
     if c.confirm and declared_first:
         conf = [compute(comp, root, seeds=c.confirm) for comp in family]

@@ -39,9 +39,9 @@ def summary_html(vs: list[dict], prefix: str = "") -> str:
         f"<td data-label='this book'>{_E(v['verdict'])}</td><td data-label='how sure'>{_E(v['sure'])}</td>"
         f"<td data-label='read'>{_link(v, prefix)}</td></tr>" for v in vs)
     codes = "; ".join(f"<b>{_E(k)}</b> {_E(n)}" for k, n in ARM_CODES.items())
-    return ("<table class='verdict-table'><thead><tr><th>claim</th><th>paper</th><th>this book</th>"
-            f"<th>how sure</th><th>read</th></tr></thead><tbody>{body}</tbody></table>"
-            f"<p class='verdict-codes'>{codes}.</p>")
+    return (f"<p class='verdict-codes'>Arms: {codes}.</p>"
+            "<table class='verdict-table'><thead><tr><th>claim</th><th>paper</th><th>this book</th>"
+            f"<th>how sure</th><th>read</th></tr></thead><tbody>{body}</tbody></table>")
 
 
 def box_html(vs: list[dict], chapter: str) -> str:
