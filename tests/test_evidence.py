@@ -84,7 +84,7 @@ def test_paired_row_schema_direction_and_censoring():
     assert (lower["wins"], lower["losses"]) == (0, 3)
     cens = evidence.paired({0: 10, 1: None, 2: None}, {0: 5, 1: 7, 2: None}, lambda v: v,
                            higher_is_better=False, censored=True, unit="steps")
-    assert cens["mean"] is None and cens["ci"] is None and cens["n_censored"] == 1
+    assert cens["mean"] is None and cens["ci"] is None and cens["n_censored"] == 2  # pairs holding a censored run
     assert (cens["wins"], cens["ties"], cens["n_test"]) == (2, 1, 2)
     with pytest.raises(ValueError, match="None"):
         evidence.paired({0: None}, {0: 1.0}, lambda v: v)
@@ -300,3 +300,20 @@ def test_recount_rewrites_a_subsampled_file(tmp_path):
     spacing = h["step"][1] - h["step"][0]
     assert spacing > res["base_config"]["eval_every"]
     assert again["runs"][0]["metrics"]["steps_above95"] == spacing * sum(v >= 0.95 for v in h["val_acc"])
+
+
+RUNNERS = ("cifar", "grokking", "weight_decay", "compare_tools", "patch_attention", "cifar_data")
+
+
+def test_presentation_imports_no_experiment_runner():
+    """The evidence layer and the widgets read results; they import no module that trains."""
+    files = [ROOT / "stiefel_mini" / "widgets.py", *sorted((ROOT / "stiefel_mini" / "evidence").glob("*.py"))]
+    for path in files:
+        text = path.read_text()
+        for name in RUNNERS:
+            assert f"experiments.{name} import" not in text and f"experiments import {name}" not in text, \
+                (path.name, name)
+    code = ("import sys, stiefel_mini.evidence, stiefel_mini.widgets; "
+            "print(sorted(m for m in sys.modules if m.startswith('stiefel_mini.experiments.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert not any(f"stiefel_mini.experiments.{name}'" in loaded for name in RUNNERS), loaded
