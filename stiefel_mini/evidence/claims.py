@@ -36,8 +36,8 @@ from typing import Any, Literal
 from stiefel_mini.evidence import compare, runs
 from stiefel_mini.experiments.stats import smallest_p
 
-__all__ = ["Comparison", "Claim", "CLAIMS", "claim", "compute", "evaluate", "verdicts", "effect_text", "sure_text",
-           "as_data"]
+__all__ = ["Comparison", "Claim", "CLAIMS", "claim", "compute", "evaluate", "verdicts", "effect_text", "number_text",
+           "sure_text", "as_data"]
 
 # Settings that must agree for runs of several files to be paired (each run records its own lr).
 _SAME = ("patch_size", "d_model", "depth", "n_heads", "epochs", "steps", "batch_size", "weight_decay",
@@ -326,7 +326,10 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
 # ----------------------------------------------------------------------------------------------------
 
 
-def _num(x: float, unit: str) -> str:
+def number_text(x: float, unit: str) -> str:
+    """A signed difference for the tables: whole steps, else two decimals; ``+inf`` as ``never``."""
+    if math.isinf(x):  # a censored run on the side of the difference's sign
+        return "never" if x > 0 else "-never"
     return f"{x:+,.0f}" if unit == "steps" else f"{x:+.2f}"
 
 
@@ -342,10 +345,11 @@ def effect_text(row: dict, what: str = "") -> str:
     if row["n"] == 0:
         return head + "no paired seed"
     if row["mean"] is None:
-        return (f"{head}median {_num(row['median'], unit)} {unit}, {row['n_censored']} of {row['n']} pairs censored "
+        med = number_text(row["median"], unit) + ("" if math.isinf(row["median"]) else f" {unit}")
+        return (f"{head}median {med}, {row['n_censored']} of {row['n']} pairs censored "
                 "(never reached), no mean")
-    ci = "" if row["ci"] is None else f" [{_num(row['ci'][0], unit)}, {_num(row['ci'][1], unit)}]"
-    return f"{head}{_num(row['mean'], unit)} {unit}{ci}"
+    ci = "" if row["ci"] is None else f" [{number_text(row['ci'][0], unit)}, {number_text(row['ci'][1], unit)}]"
+    return f"{head}{number_text(row['mean'], unit)} {unit}{ci}"
 
 
 def sure_text(row: dict, family: int) -> str:

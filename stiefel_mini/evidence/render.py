@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from typing import Iterable
 
-from stiefel_mini.evidence.claims import effect_text, sure_text
+from stiefel_mini.evidence.claims import effect_text, number_text, sure_text
 
 __all__ = ["summary_html", "box_html", "details_html", "table_html", "ARM_CODES"]
 
@@ -62,7 +62,9 @@ def _row_cells(r: dict, family: int) -> list[str]:
     if r.get("ratio"):
         rng = "" if r["low"] is None else f"{r['low']:.2g} to {r['high']:.2g}"
         return [effect_text(r), "", rng, sure_text(r, family)]
-    rng = "" if r["n"] == 0 else f"{r['median']:+.3g} ({r['low']:+.3g} to {r['high']:+.3g})"
+    u = r["unit"]
+    rng = "" if r["n"] == 0 else \
+        f"{number_text(r['median'], u)} ({number_text(r['low'], u)} to {number_text(r['high'], u)})"
     return [effect_text(r), f"{r['wins']}/{r['n']}" if r["n"] else "", rng, sure_text(r, family)]
 
 
