@@ -15,7 +15,6 @@ import pytest
 import scipy.stats
 
 from stiefel_mini import evidence
-from stiefel_mini.evidence import claims as C
 from stiefel_mini.experiments import stats
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -485,7 +485,7 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
     if c.kind == "ingredients":
         n = max((r["n"] for r in prim), default=0)
         k = sum(r["testable"] for r in prim)
-        out["sure"] = (f"{len(prim)} comparisons, {n} seeds at most; " +
+        out["sure"] = (f"{len(prim)} comparisons, {n} seed{'' if n == 1 else 's'} at most; " +
                        (f"Holm over the {k} that can reach p = 0.05" if k else
                         f"none can reach p = 0.05 (n = {n}: p ≥ {smallest_p(n):.3g})"))
     else:

@@ -261,7 +261,8 @@ def test_merge_results_of_parallel_sweeps(tmp_path):
     assert [(r["seed"], r["arm"]) for r in merged["runs"]] == [(0, "adamw"), (0, "stiefel_learned"),
                                                                (1, "adamw"), (1, "stiefel_learned")]
     assert merged["sweep"]["seeds"] == [0, 1] and [p["command"] for p in merged["provenance_merged"]] == ["a", "b"]
-    assert [r["n"] for r in G.summary_table(merged) if "n" in r][0] == 2
+    rows = evidence.grokking_rows(lambda a: G.seed_runs(merged, a), [("stiefel_learned", "adamw")], ["final_val_acc"])
+    assert rows[0]["n"] == 2 and rows[0]["seeds"] == [0, 1]
     with pytest.raises(ValueError, match="more than one file"):
         G.merge_results([a, a])
     other = G.sweep(dataclasses.replace(plan, seeds=(1,), out=str(tmp_path / "c.json")),
