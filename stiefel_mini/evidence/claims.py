@@ -143,9 +143,8 @@ def _mechanism(files: tuple[str, ...], regime: str, a5_files: tuple[str, ...]) -
 CLAIMS: tuple[Claim, ...] = (
     Claim("optimizer", "One scalar second moment per frame, a trust cap, the polar retraction",
           "the method", "riemannian_adam", "design", anchor="",
-          design="implemented as described; the library's StiefelAdam matches a from-scratch version step "
-                 "by step (tests)"),
-    Claim("cifar_gain", "CIFAR-10 patches: StiefelAdam (A1) beats AdamW (A0)", "+8.98 pp, 12 paired starts",
+          design="implemented as described, and tested step by step against a from-scratch version"),
+    Claim("cifar_gain", "CIFAR-10: StiefelAdam (A1) beats AdamW (A0)", "+8.98 pp, 12 paired starts",
           "cifar", "size", what="A1 − A0", paper_value=8.98,
           primaries=((Comparison("A1 − A0", FIT_REGIME, FIT, "A0", "A1"),),),
           secondary=(Comparison("A1 − A0", LR_REGIME, ("cifar/r2_lr.json",), "A0", "A1", at_best=("A0", "A1")),
@@ -160,14 +159,14 @@ CLAIMS: tuple[Claim, ...] = (
           confirm=(8, 9, 10, 11), confirm_note="A0 and A1 on seeds 8-11 (12 paired starts, the paper's count)",
           scale_note="patch 8 (16 tokens) and a small model; the paper's patch 4 and model not run"),
     Claim("cifar_widens", "The gap to AdamW widens with more data", "widens", "cifar", "size",
-          what="gap at 50,000 − gap at 5,000 images", paper_value=None,
+          what="gap at 50,000 − at 5,000 images", paper_value=None,
           primaries=((Comparison("(A1 − A0) at 50,000 − at 5,000 images", SCL_REGIME + ", 5,000 vs 50,000 images",
                                  ("cifar/r2_scaling.json",), "A0", "A1",
                                  of_gap=(_sel(train_fraction=0.1), _sel(train_fraction=1.0))),),),
           scale_note="at a fixed number of steps only; at a fixed number of epochs not run"),
     Claim("grokking_endpoint", "Grokking: Stiefel attention ends higher than AdamW",
-          "97.0% vs 61.1% at epoch 20,000, one run", "grokking", "size",
-          what="stiefel_learned − adamw", paper_value=97.0 - 61.1,
+          "97.0% vs 61.1% at epoch 20,000 (one run)", "grokking", "size",
+          what="", paper_value=97.0 - 61.1,
           primaries=((Comparison("stiefel_learned − adamw, final validation accuracy", GROK_REGIME, GROK_LONG,
                                  "adamw", "stiefel_learned", metric="metrics.final_val_acc"),),),
           secondary=(Comparison("stiefel_learned − adamw, falls of ≥ 10 points", GROK_REGIME, GROK_LONG, "adamw",
@@ -181,8 +180,8 @@ CLAIMS: tuple[Claim, ...] = (
 ),
           confirm=(5, 6, 7), confirm_note="adamw, stiefel_learned and frozen_learned on seeds 5-7",
           scale_note="8,000 steps and p = 59, not the paper's 20,000 epochs"),
-    Claim("grokking_sooner", "Grokking: Stiefel attention groks sooner than AdamW", "sooner", "grokking", "size",
-          what="steps to 95%, stiefel_learned − adamw",
+    Claim("grokking_sooner", "Grokking: Stiefel attention groks sooner", "sooner", "grokking", "size",
+          what="to 95%:",
           primaries=((Comparison("stiefel_learned − adamw, steps to 95% validation", GROK_REGIME, GROK_LONG, "adamw",
                                  "stiefel_learned", metric="metrics.steps_to_val95", scale=1.0, unit="steps",
                                  higher_is_better=False, censored=True),),),
@@ -204,12 +203,11 @@ CLAIMS: tuple[Claim, ...] = (
           confirm=(5, 6, 7), confirm_note="adamw and stiefel_learned on seeds 5-7",
           scale_note="p = 59 and 8,000 steps"),
     Claim("weight_decay", "Weight decay does nothing to the frames", "no effect", "weight_decay", "design",
-          anchor="", design="true by construction: the frame rule has no decay term (the weight-decay chapter "
-                            "shows it step by step)",
+          anchor="", design="true by construction: the frame rule has no decay term",
           secondary=(_r1("A0' (no decay on Q/K) − A0", "A0", "A0'", 0.1), _r1("A0' (no decay on Q/K) − A0", "A0",
                                                                                 "A0'", 0.3))),
     Claim("step_ratio", "StiefelAdam's Q/K steps are smaller than AdamW's", "24-40x smaller", "cifar", "ratio",
-          what="AdamW's Q/K step / A1's", paper_range=(24.0, 40.0),
+          what="A0's step / A1's", paper_range=(24.0, 40.0),
           primaries=((Comparison("A0's Q/K step / A1's", FIT_REGIME, FIT, "A0", "A1", metric="qk_step_mean",
                                  ratio=True),),),
           secondary=(Comparison("A0's Q/K step / A1's", LR_REGIME, ("cifar/r2_lr.json",), "A0", "A1",
@@ -221,7 +219,7 @@ CLAIMS: tuple[Claim, ...] = (
                      _r1("A0's Q/K step / A1's", "A0", "A1", 0.3, metric="qk_step_mean", ratio=True)),
           confirm=(8, 9, 10, 11), confirm_note="A0 and A1 on seeds 8-11",
           scale_note="the ratio is set by the two learning rates (A1's frame lr against AdamW's lr)"),
-    Claim("freezing", "Freezing the frames at their random start (A3) costs little", "0.28 pp", "cifar", "at_most",
+    Claim("freezing", "Freezing the frames at their start (A3) costs little", "0.28 pp", "cifar", "at_most",
           what="freezing costs", paper_value=0.28,
           primaries=((Comparison("A1 − A3 (cost of freezing)", FIT_REGIME, FIT, "A3", "A1"),),),
           secondary=(Comparison("A3 − A0", FIT_REGIME, FIT, "A0", "A3"),
@@ -355,14 +353,14 @@ def effect_text(row: dict, what: str = "") -> str:
 def sure_text(row: dict, family: int) -> str:
     """How sure: the test, its n, its p and the corrected p (or why it cannot reach the level)."""
     if row.get("ratio"):
-        return f"95% t interval of the log ratio, {row['n']} seeds" if row["n"] >= 2 else f"{row['n']} seed(s)"
+        return f"95% t interval, {row['n']} seeds" if row["n"] >= 2 else f"{row['n']} seed(s)"
     if row["n"] == 0:
         return "no paired seed"
-    test = "sign test" if row["test"] == "sign" else "signed-rank test"
+    test = "exact sign test" if row["test"] == "sign" else "exact signed-rank test"
     if not row["testable"]:
-        return f"exact {test}, wins {row['wins']}/{row['n']}, p = {row['p']:.3g}; too few seeds to reach 0.05"
+        return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.3g}: too few seeds for 0.05"
     corr = "" if family == 1 else f", Holm over {family}"
-    return f"exact {test}, wins {row['wins']}/{row['n']}, p = {row['p']:.2g}{corr}" + (
+    return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.2g}{corr}" + (
         f" → {row['p_holm']:.2g}" if family > 1 else "")
 
 
@@ -485,13 +483,12 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
     if c.kind == "ingredients":
         n = max((r["n"] for r in prim), default=0)
         k = sum(r["testable"] for r in prim)
-        out["sure"] = (f"{len(prim)} comparisons, {n} seed{'' if n == 1 else 's'} at most; " +
-                       (f"Holm over the {k} that can reach p = 0.05" if k else
-                        f"none can reach p = 0.05 (n = {n}: p ≥ {smallest_p(n):.3g})"))
+        out["sure"] = (f"{len(prim)} comparisons, at most {n} seed{'' if n == 1 else 's'}: " +
+                       (f"Holm over the {k} that can reach 0.05" if k else "none can reach 0.05"))
     else:
         out["sure"] = sure_text(prim[0], 1)
     if not declared_first:
-        out["sure"] += f"; the declared study ({c.primaries[0][0].regime}) has not run yet"
+        out["sure"] += f"; the declared study ({c.primaries[0][0].regime.split(',')[0]}) not run yet"
     out.update(status=status, verdict=verdict)
     if c.confirm and declared_first:
         conf = [compute(comp, root, seeds=c.confirm) for comp in family]

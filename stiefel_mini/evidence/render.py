@@ -35,7 +35,8 @@ def _link(v: dict, prefix: str) -> str:
 def summary_html(vs: list[dict], prefix: str = "") -> str:
     """The intro's table: claim | the paper's number | this book's | how sure | read (one row per claim)."""
     body = "".join(
-        f"<tr><td data-label='claim'>{_E(v['claim'])}</td><td data-label='paper'>{_E(v['paper'])}</td>"
+        f"<tr data-claim='{_E(v['key'])}'><td data-label='claim'>{_E(v['claim'])}</td>"
+        f"<td data-label='paper'>{_E(v['paper'])}</td>"
         f"<td data-label='this book'>{_E(v['verdict'])}</td><td data-label='how sure'>{_E(v['sure'])}</td>"
         f"<td data-label='read'>{_link(v, prefix)}</td></tr>" for v in vs)
     codes = "; ".join(f"<b>{_E(k)}</b> {_E(n)}" for k, n in ARM_CODES.items())
