@@ -15,7 +15,6 @@ import pytest
 import scipy.stats
 
 from stiefel_mini import evidence
-from stiefel_mini.experiments import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {"patch_size": 8, "d_model": 96, "depth": 3, "n_heads": 4, "epochs": 10, "steps": None,
@@ -35,39 +34,8 @@ def write(root: Path, name: str, runs: list[dict], settings: dict = SETTINGS) ->
 
 
 # ----------------------------------------------------------------------------------------------------
-# Building blocks, against known answers
+# The paired row, against known answers (the tests it uses: tests/experiments/test_stats.py)
 # ----------------------------------------------------------------------------------------------------
-
-
-def test_sign_test_and_smallest_p_known_answers():
-    assert stats.sign_test([1.0] * 8)["p"] == pytest.approx(2 ** -7)  # 0.0078125
-    assert stats.sign_test([1, 1, 1, 1, -1])["p"] == pytest.approx(0.375)  # 2 * 6/32
-    assert stats.sign_test([0.0, 0.0])["p"] == 1.0
-    assert [stats.smallest_p(n) for n in (0, 1, 3, 5, 8)] == [1.0, 1.0, 0.25, 0.0625, 0.0078125]
-    # the enumerated Wilcoxon agrees with scipy's exact test where there are no ties
-    d = [0.3, -0.1, 0.7, 1.2, 0.5, -0.25, 0.9]
-    assert stats.wilcoxon_signed_rank(d)["p"] == pytest.approx(scipy.stats.wilcoxon(d, method="exact").pvalue)
-
-
-def test_t_quantile_from_scipy_matches_the_table():
-    assert stats.t_quantile(0.975, 4) == pytest.approx(2.776445, abs=1e-6)
-    assert stats.t_quantile(0.975, 7) == pytest.approx(2.364624, abs=1e-6)
-
-
-def test_holm_tarone_known_examples():
-    # Two comparisons at n = 3 (p >= 0.25) cannot reach 0.05: K = 2 leaves the two n = 8 ones.
-    res = stats.holm_tarone([0.25, 0.5, 0.0078125, 0.01], [0.25, 0.25, 0.0078125, 0.0078125])
-    assert res["testable"] == [False, False, True, True]
-    assert res["adjusted"][:2] == [None, None]
-    assert res["adjusted"][2:] == pytest.approx([0.015625, 0.015625])  # Holm over 2
-    assert res["reject"] == [False, False, True, True]
-    none = stats.holm_tarone([0.25, 0.0625], [0.25, 0.0625])
-    assert none["testable"] == [False, False] and none["reject"] == [False, False]
-    # m(1) = 3 > 1, m(2) = 3 > 2, m(3) = 3 <= 3: all three tested, Holm over 3.
-    three = stats.holm_tarone([0.001, 0.02, 0.04], [0.001, 0.001, 0.001])
-    assert three["testable"] == [True] * 3 and three["adjusted"] == pytest.approx([0.003, 0.04, 0.04])
-    with pytest.raises(ValueError, match="one per comparison"):
-        stats.holm_tarone([0.1], [0.1, 0.2])
 
 
 def test_paired_row_schema_direction_and_censoring():
@@ -161,7 +129,7 @@ def test_mechanism_takes_its_primary_from_the_frame_lr_1_study_when_present(tmp_
            for a in arms for s in range(3)], abl)
     m = by_key(tmp_path)["mechanism"]
     assert m["status"] == "not resolved" and m["verdict"].startswith("not resolved: n = 3 cannot go below p = 0.25")
-    assert "has not run yet" in m["sure"] and m["confirmation"] is None
+    assert m["sure"].endswith("the declared study (mechanism at frame lr 1.0) not run yet") and m["confirmation"] is None
     assert all("frame lr 0.03" in r["regime"] for r in m["primary"])
     # the declared study, partial: A1 on one seed, paired only with r2_ablation's A5 (same setting)
     write(tmp_path, "cifar/r3_mechanism.json", [cifar_run("A1", 0, 0.52, frac=0.3, lr=1e-3, frame_lr=1.0)],
