@@ -50,9 +50,9 @@ def box_html(vs: list[dict], chapter: str) -> str:
     mine = [v for v in vs if v["chapter"] == chapter]
     if not mine:
         raise ValueError(f"no claim is tested in chapter {chapter!r}; chapters: {sorted({v['chapter'] for v in vs})}")
-    items = "".join(f"<li data-claim='{_E(v['key'])}'><b>{_E(v['claim'])}</b> (paper: {_E(v['paper'])}). "
-                    f"<span class='verdict-words'>{_E(v['verdict'])}</span>; "
-                    f"<span class='verdict-sure'>{_E(v['sure'])}</span>.</li>" for v in mine)
+    items = "".join(f"<li data-claim='{_E(v['key'])}'><b>{_E(v['claim'])}.</b> Paper: {_E(v['paper'])}. "
+                    f"This book: <b class='verdict-words'>{_E(v['verdict'])}</b> "
+                    f"(<span class='verdict-sure'>{_E(v['sure'])}</span>).</li>" for v in mine)
     return (f"<div class='admonition important verdict-box' id='verdict'><p class='admonition-title'>Verdict</p>"
             f"<ul>{items}</ul><p>Each verdict rests on one comparison declared in advance of the confirming runs "
             "(the primary); the other regimes are shown below it and do not vote. The introduction has the "
