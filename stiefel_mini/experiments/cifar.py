@@ -17,7 +17,9 @@ learning-rate grid per arm (``lrs`` for the whole-model lr of arms without train
 ``frame_lrs`` for the frame lr of StiefelAdam / polar arms), the largest attention logit and the
 attention entropy along training (on the current batch at every log point, and per block on 256
 fixed test images at each evaluation), and the presets of :data:`ROUND2_PLANS`. Arms at their own
-best learning rate are compared by :func:`best_lr_comparison`.
+best learning rate are compared by :mod:`stiefel_mini.evidence`, which also reads the runs
+(:mod:`stiefel_mini.evidence.runs`: ``by_seed``, ``lr_curves``, ``fitted_check``, ``held_out_best``,
+imported here for the sweep and for readers of this module).
 
 Reference: the paper's CIFAR-10 patch benchmark (abstract: +8.98 pp over AdamW over 12 paired
 starts; Q/K steps 24-40x smaller than AdamW's; frozen frames cost 0.28 pp).
@@ -53,6 +55,7 @@ from stiefel_mini.experiments.records import config_dict, load_results, provenan
 from stiefel_mini.experiments.runtime import generator, progress, set_threads, stream_seed
 from stiefel_mini.attention import entropy
 from stiefel_mini.experiments.stats import compare, holm
+from stiefel_mini.evidence.runs import by_seed, fitted_check, groups, held_out_best, lr_curves, run_key
 from stiefel_mini.resources import results_path
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.vit import PatchViT
@@ -461,15 +464,6 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
 # ----------------------------------------------------------------------------------------------------
 
 
-def run_key(h: dict) -> tuple:
-    """(train_fraction, seed, arm, lr, frame_lr) of a run, for resuming and pairing.
-
-    Runs written before round 2 hold no ``lr`` / ``frame_lr``: their key has ``None`` there, and
-    :func:`sweep` fills in the file's own settings (a file holds one setting of each then).
-    """
-    return (float(h["train_fraction"]), int(h["seed"]), str(h["arm"]), h.get("lr"), h.get("frame_lr"))
-
-
 def _sweep_settings(cfg: CifarConfig) -> dict:
     """The fields that must agree for stored runs to be reused (everything but the grid and the output)."""
     skip = {"arm", "seed", "train_fraction", "arms", "seeds", "train_fractions", "lrs", "frame_lrs", "out",
@@ -545,15 +539,6 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     return payload()
 
 
-def _groups(runs: list[dict]) -> dict[tuple, dict[int, dict]]:
-    """Runs by ``(train_fraction, arm, lr, frame_lr)`` (first-seen order), each ``{seed: run}``."""
-    out: dict[tuple, dict[int, dict]] = {}
-    for h in runs:
-        frac, seed, arm, lr, frame_lr = run_key(h)
-        out.setdefault((frac, arm, lr, frame_lr), {})[seed] = h
-    return out
-
-
 def _mean(xs: list) -> float | None:
     xs = [x for x in xs if x is not None]
     return float(np.mean(xs)) if xs else None
@@ -571,10 +556,13 @@ def summary_table(runs: list[dict], baseline: str = "A0") -> list[dict]:
     qk_step_mean(baseline) (the Q/K step relative to AdamW's). ``max_logit`` (largest attention
     logit over blocks) and ``attn_entropy`` (mean over blocks) are seed means at the end of training,
     ``train_acc`` the seed mean of the training accuracy (``None`` for runs that lack them).
+
+    This is the ``summary`` a sweep stores in its file, kept in the format of the files already
+    written; the book's comparisons and verdicts are computed by :mod:`stiefel_mini.evidence`.
     """
-    groups = _groups(runs)
+    grouped = groups(runs)
     rows = []
-    for (fraction, arm, lr, frame_lr), by_seed in groups.items():
+    for (fraction, arm, lr, frame_lr), by_seed in grouped.items():
         seeds = sorted(by_seed)
         first = by_seed[seeds[0]]
         accs = [by_seed[s]["test_acc"] for s in seeds]
@@ -590,7 +578,7 @@ def summary_table(runs: list[dict], baseline: str = "A0") -> list[dict]:
             "attn_entropy": _mean([float(np.mean(by_seed[s]["attn_entropy_final"]))
                                    if by_seed[s].get("attn_entropy_final") else None for s in seeds]),
         }
-        base_runs = next((g for (f, a, blr, _), g in groups.items() if f == fraction and a == baseline and blr == lr),
+        base_runs = next((g for (f, a, blr, _), g in grouped.items() if f == fraction and a == baseline and blr == lr),
                          {})
         paired = [s for s in seeds if s in base_runs]
         if paired:
@@ -613,85 +601,8 @@ def summary_table(runs: list[dict], baseline: str = "A0") -> list[dict]:
     return rows
 
 
-def lr_curves(runs: list[dict]) -> list[dict]:
-    """Learning-rate sensitivity: per (train fraction, arm), accuracy against the arm's swept lr.
-
-    The swept lr is ``frame_lr`` for arms with trained frames, else ``lr``. Each row holds
-    ``train_fraction``, ``arm``, ``swept`` (``"frame_lr"`` or ``"lr"``), and ``points``: one
-    ``{"value", "acc_mean", "acc_min", "acc_max", "n", "max_logit", "attn_entropy"}`` per value in
-    increasing order (seed means; the spread is the min/max over seeds); ``best`` is the value with
-    the highest mean accuracy and ``sensitivity_pp`` the mean accuracy lost, in points, at the
-    neighbouring grid values (mean over the one or two neighbours; ``None`` with one value).
-    """
-    curves: dict[tuple, dict] = {}
-    for (fraction, arm, lr, frame_lr), by_seed in _groups(runs).items():
-        swept = "frame_lr" if frame_lr is not None else "lr"
-        value = frame_lr if frame_lr is not None else lr
-        accs = [h["test_acc"] for h in by_seed.values()]
-        point = {
-            "value": value, "acc_mean": float(np.mean(accs)), "acc_min": float(min(accs)),
-            "acc_max": float(max(accs)), "n": len(accs),
-            "max_logit": _mean([max(h["max_logit_final"]) if h.get("max_logit_final") else None
-                                for h in by_seed.values()]),
-            "attn_entropy": _mean([float(np.mean(h["attn_entropy_final"])) if h.get("attn_entropy_final") else None
-                                   for h in by_seed.values()]),
-        }
-        curves.setdefault((fraction, arm, swept), {"train_fraction": fraction, "arm": arm, "swept": swept,
-                                                   "points": []})["points"].append(point)
-    rows = []
-    for row in curves.values():
-        pts = sorted(row["points"], key=lambda p: p["value"])
-        i = max(range(len(pts)), key=lambda j: pts[j]["acc_mean"])
-        near = [pts[j]["acc_mean"] for j in (i - 1, i + 1) if 0 <= j < len(pts)]
-        rows.append({**row, "points": pts, "best": pts[i]["value"],
-                     "sensitivity_pp": 100.0 * (pts[i]["acc_mean"] - float(np.mean(near))) if near else None})
-    return rows
-
-
-def best_lr_comparison(runs: list[dict], baseline: str = "A0") -> list[dict]:
-    """Every arm at its own best lr (:func:`lr_curves`) against ``baseline`` at its best, paired by seed.
-
-    One row per (train fraction, arm != baseline): the two best values, the per-seed differences
-    (pp), their mean with its t interval, the exact sign and Wilcoxon p-values and the Wilcoxon
-    p-value Holm-corrected across the rows. The best lr is picked on the same seeds that are then
-    compared, which favours arms with more grid points or more spread; read small differences so.
-    """
-    curves = lr_curves(runs)
-    groups = _groups(runs)
-
-    def runs_at(fraction: float, arm: str, swept: str, value: float) -> dict[int, dict]:
-        for (f, a, lr, frame_lr), by_seed in groups.items():
-            if f == fraction and a == arm and (frame_lr if swept == "frame_lr" else lr) == value and \
-                    (swept == "frame_lr") == (frame_lr is not None):
-                return by_seed
-        return {}
-
-    rows = []
-    for base in (c for c in curves if c["arm"] == baseline):
-        b_runs = runs_at(base["train_fraction"], baseline, base["swept"], base["best"])
-        for other in (c for c in curves if c["train_fraction"] == base["train_fraction"] and c["arm"] != baseline):
-            o_runs = runs_at(other["train_fraction"], other["arm"], other["swept"], other["best"])
-            seeds = sorted(set(b_runs) & set(o_runs))
-            if not seeds:
-                continue
-            c = compare([b_runs[s]["test_acc"] for s in seeds], [o_runs[s]["test_acc"] for s in seeds],
-                        lower_is_better=False)
-            ci = c["mean_difference_t_interval"]
-            rows.append({
-                "train_fraction": base["train_fraction"], "arm": other["arm"], "arm_best": other["best"],
-                "arm_swept": other["swept"], "baseline_best_lr": base["best"], "seeds": seeds,
-                "diffs_pp": [100.0 * d for d in c["differences"]],
-                "diff_pp": 100.0 * float(np.mean(c["differences"])),
-                "diff_ci_pp": None if ci is None else [100.0 * ci[0], 100.0 * ci[1]],
-                "p_sign": c["p_sign"], "p_wilcoxon": c["p_wilcoxon"], "wins": c["wins"]["wins"],
-            })
-    for r, p in zip(rows, holm([r["p_wilcoxon"] for r in rows])["adjusted"]):
-        r["p_wilcoxon_holm"] = p
-    return rows
-
-
 # ----------------------------------------------------------------------------------------------------
-# Reading round-2 files for the chapter: what has run, paired tables, fitted check, held-out best lr
+# Reading round-2 files for the chapter: what has run
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -751,133 +662,6 @@ def round2_status(files: dict[str, dict | None]) -> list[dict]:
         for key in have - plan:
             extra[key[2]] = extra.get(key[2], 0) + 1
         rows.append({"preset": preset, "planned": planned, "done": done, "missing": missing, "extra": extra})
-    return rows
-
-
-def by_seed(runs: Sequence[dict], **fields: Any) -> dict[int, dict]:
-    """The runs whose ``fields`` (e.g. ``arm="A1"``, ``frame_lr=0.1``) all match, keyed by seed.
-
-    Raises ``ValueError`` when two matching runs share a seed (the fields do not pick one setting:
-    add ``lr``, ``frame_lr`` or ``train_fraction``).
-    """
-    out: dict[int, dict] = {}
-    for h in runs:
-        if all(h.get(k) == v for k, v in fields.items()):
-            if h["seed"] in out:
-                raise ValueError(f"two runs with {fields} share seed {h['seed']}; add the field that "
-                                 "tells them apart (lr, frame_lr or train_fraction)")
-            out[h["seed"]] = h
-    return out
-
-
-def paired_family(pairs: Sequence[tuple[str, dict[int, dict], dict[int, dict]]], *,
-                  value: Any = None, alpha: float = 0.05) -> list[dict]:
-    """One table of paired comparisons ``b - a`` over common seeds, Holm-corrected as one family.
-
-    Args:
-        pairs: ``(label, a, b)`` with ``a``, ``b`` runs keyed by seed (:func:`by_seed`).
-        value: the quantity of a run; default the test accuracy in percentage points.
-        alpha: family-wise error rate of the Holm correction.
-
-    Returns:
-        Per pair: ``label``, ``seeds``, ``diffs`` (b - a per seed), ``n``, ``mean``, ``t_interval``
-        (95% Student t, ``None`` below 2 seeds), ``median`` with ``median_low`` / ``median_high``
-        and ``median_interval_name`` (``"range"`` at n <= 5, see :func:`stiefel_mini.experiments.stats.median_interval`),
-        ``wins`` / ``losses`` / ``ties`` of ``b``, the exact two-sided ``p_sign`` and ``p_wilcoxon``,
-        both Holm-corrected across the family (``p_sign_holm``, ``p_wilcoxon_holm``), and ``resolved``:
-        both corrected p-values <= ``alpha``. A pair without common seeds has ``n = 0``, p-values 1
-        and stays in the family (it was planned, so it counts in the correction).
-    """
-    value = value or (lambda h: 100.0 * h["test_acc"])
-    rows = []
-    for label, a, b in pairs:
-        seeds = sorted(set(a) & set(b))
-        row: dict[str, Any] = {"label": label, "seeds": seeds, "n": len(seeds), "diffs": [], "mean": None,
-                               "t_interval": None, "median": None, "median_low": None, "median_high": None,
-                               "median_interval_name": None, "wins": 0, "losses": 0, "ties": 0,
-                               "p_sign": 1.0, "p_wilcoxon": 1.0}
-        if seeds:
-            c = compare([value(a[s]) for s in seeds], [value(b[s]) for s in seeds], lower_is_better=False)
-            med = c["median_difference"]
-            row.update(diffs=c["differences"], mean=float(np.mean(c["differences"])),
-                       t_interval=c["mean_difference_t_interval"], median=med["median"],
-                       median_low=med["low"], median_high=med["high"], median_interval_name=med["name"],
-                       wins=c["wins"]["wins"], losses=c["wins"]["losses"], ties=c["wins"]["ties"],
-                       p_sign=c["p_sign"], p_wilcoxon=c["p_wilcoxon"])
-        rows.append(row)
-    sign = holm([r["p_sign"] for r in rows], alpha)["adjusted"]
-    wil = holm([r["p_wilcoxon"] for r in rows], alpha)["adjusted"]
-    for r, ps, pw in zip(rows, sign, wil):
-        r.update(p_sign_holm=ps, p_wilcoxon_holm=pw, resolved=bool(r["n"] and ps <= alpha and pw <= alpha))
-    return rows
-
-
-def fitted_check(runs: Sequence[dict]) -> list[dict]:
-    """Has each setting fitted its training set? Training minus test accuracy, seed by seed.
-
-    One row per (train fraction, arm, lr, frame lr) whose runs record ``train_acc`` (accuracy on a
-    fixed un-augmented subset of the run's own training images): ``n_train``, ``seeds``,
-    ``train_acc`` and ``test_acc`` (seed means), ``gaps_pp`` (train - test per seed, points),
-    ``min_gap_pp`` and ``fitted`` (train above test on every seed). A model below that line has
-    not learned what it was shown, and a comparison of optimisers on it says little.
-    """
-    rows = []
-    for (fraction, arm, lr, frame_lr), group in _groups(list(runs)).items():
-        seeds = sorted(s for s, h in group.items() if h.get("train_acc") is not None)
-        if not seeds:
-            continue
-        gaps = [100.0 * (group[s]["train_acc"] - group[s]["test_acc"]) for s in seeds]
-        rows.append({"train_fraction": fraction, "arm": arm, "lr": lr, "frame_lr": frame_lr,
-                     "n_train": group[seeds[0]]["n_train"], "seeds": seeds,
-                     "train_acc": float(np.mean([group[s]["train_acc"] for s in seeds])),
-                     "test_acc": float(np.mean([group[s]["test_acc"] for s in seeds])),
-                     "gaps_pp": gaps, "min_gap_pp": min(gaps), "fitted": min(gaps) > 0})
-    return rows
-
-
-def held_out_best(runs: Sequence[dict], baseline: str = "A0") -> list[dict]:
-    """Best lr against best lr, with each seed's lr chosen on the *other* seeds (leave one seed out).
-
-    :func:`best_lr_comparison` picks each arm's best lr on the seeds it then compares, which flatters
-    whichever arm has the luckier maximum. Here, for each seed ``s``, every arm's lr is the one with
-    the best mean accuracy over its runs on seeds other than ``s``, and the difference to
-    ``baseline`` is measured on ``s`` alone. One row per (train fraction, arm != baseline) with
-    ``seeds`` (those both arms ran at every grid value, at least 2), ``chosen`` (per seed,
-    ``(arm value, baseline value)``), ``diffs_pp`` and ``diff_pp`` (their mean). An arm with fewer
-    than 2 such seeds gets no row.
-    """
-    curves = lr_curves(list(runs))
-    groups = _groups(list(runs))
-
-    def table(fraction: float, arm: str, swept: str) -> dict[float, dict[int, dict]]:
-        out: dict[float, dict[int, dict]] = {}
-        for (f, a, lr, frame_lr), g in groups.items():
-            if f == fraction and a == arm and (frame_lr is not None) == (swept == "frame_lr"):
-                out[frame_lr if swept == "frame_lr" else lr] = g
-        return out
-
-    def complete(t: dict[float, dict[int, dict]]) -> set[int]:
-        return set.intersection(*(set(g) for g in t.values())) if t else set()
-
-    def pick(t: dict[float, dict[int, dict]], seeds: list[int]) -> float:
-        return max(t, key=lambda v: float(np.mean([t[v][s]["test_acc"] for s in seeds])))
-
-    rows = []
-    for base in (c for c in curves if c["arm"] == baseline):
-        bt = table(base["train_fraction"], baseline, base["swept"])
-        for other in (c for c in curves if c["train_fraction"] == base["train_fraction"] and c["arm"] != baseline):
-            ot = table(other["train_fraction"], other["arm"], other["swept"])
-            seeds = sorted(complete(bt) & complete(ot))
-            if len(seeds) < 2:
-                continue
-            chosen, diffs = [], []
-            for s in seeds:
-                rest = [t for t in seeds if t != s]
-                vo, vb = pick(ot, rest), pick(bt, rest)
-                chosen.append((vo, vb))
-                diffs.append(100.0 * (ot[vo][s]["test_acc"] - bt[vb][s]["test_acc"]))
-            rows.append({"train_fraction": base["train_fraction"], "arm": other["arm"], "seeds": seeds,
-                         "chosen": chosen, "diffs_pp": diffs, "diff_pp": float(np.mean(diffs))})
     return rows
 
 

@@ -21,6 +21,7 @@ Usage::
     python -m stiefel_mini.experiments.grokking sweep --seeds 0 1 2 3 4 --out results/grokking/cpu.json
     python -m stiefel_mini.experiments.grokking --preset reference --arm adamw   # Nanda et al. recipe
     python -m stiefel_mini.experiments.grokking sweep --plan r2_long   # round 2 (see SWEEP_PLANS)
+    python -m stiefel_mini.experiments.grokking recount results/grokking/r2_long.json   # metrics from the stored curves
 
 References: Power et al. (2022), "Grokking: generalization beyond overfitting on small algorithmic
 datasets"; Nanda et al. (2023), "Progress measures for grokking via mechanistic interpretability".
@@ -45,7 +46,6 @@ from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_op
 from stiefel_mini.experiments.config import ConfigError, cli, config_help, parse_cli, parse_config, preset, split_argv
 from stiefel_mini.experiments.records import config_dict, load_results, provenance, save_results
 from stiefel_mini.experiments.runtime import generator, progress, set_threads, subnormals_flushed
-from stiefel_mini.experiments.stats import compare, holm, paired_differences, summarize, values
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 
 ARM_NAMES = ("adamw", "adamw_nodecay_qk", "stiefel", "frozen", "uniform")
@@ -452,6 +452,38 @@ def metrics(hist: dict, cfg: GrokkingConfig) -> dict:
     }
 
 
+def stored_metrics(run: dict, base_config: dict) -> dict:
+    """A stored run's :func:`metrics`, recomputed from the history its file keeps.
+
+    A file may keep only every k-th evaluation (``SweepConfig.history_points``); the metrics are then
+    those of the stored curve, each stored evaluation standing for the spacing of the stored steps
+    (``steps[1] - steps[0]``, for ``steps_above95``), so that every stored number can be recounted from
+    the file. ``base_config`` is the file's ``base_config``.
+    """
+    fields = {f.name for f in dataclasses.fields(GrokkingConfig)}
+    cfg = GrokkingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in base_config.items() if k in fields})
+    steps = run["history"]["step"]
+    spacing = steps[1] - steps[0] if len(steps) > 1 else cfg.eval_every
+    return metrics(run["history"], dataclasses.replace(cfg, eval_every=int(spacing)))
+
+
+def recount(path: str | Path) -> int:
+    """Rewrite the metrics of every run in the results file ``path`` by :func:`stored_metrics`.
+
+    Deterministic and idempotent: apply it after runs are merged into a file. Returns the number of
+    runs whose metrics changed.
+    """
+    res = load_results(path)
+    changed = 0
+    for r in res["runs"]:
+        m = stored_metrics(r, res["base_config"])
+        if m != r["metrics"]:
+            r["metrics"] = m
+            changed += 1
+    save_results(path, res)
+    return changed
+
+
 def _logit_metrics(hist: dict) -> dict:
     """``max_logit_final`` and ``max_logit_peak`` of a history (absent in histories before round 2)."""
     logits = [v for v in hist.get("max_logit", []) if v is not None]
@@ -471,24 +503,8 @@ def subsample(hist: dict, max_points: int) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Analysis of a sweep (used by the book chapter)
+# Selecting runs of a sweep (the comparisons are in stiefel_mini.evidence)
 # ----------------------------------------------------------------------------------------------------
-
-# Metrics of the results table: (key, lower_is_better, censored). A censored "steps to" metric of a run
-# that never got there counts as +inf: it loses to any run that did, and medians stay meaningful.
-TABLE_METRICS = (
-    ("steps_to_val95", True, True),
-    ("steps_to_val99", True, True),
-    ("steps_to_train99", True, True),
-    ("grok_delay", True, True),
-    ("final_val_acc", False, False),
-    ("late_share95", False, False),
-    ("collapses", True, False),
-    ("collapses10", True, False),
-    ("share_above95", False, False),
-    ("dist_q_final", False, False),
-    ("entropy_final", False, False),
-)
 
 
 def runs_by_arm(results: dict, weight_decay: float | None = None,
@@ -513,51 +529,6 @@ def runs_by_arm(results: dict, weight_decay: float | None = None,
     return {a: [by_seed[s][a] for s in seeds] for a in arms}
 
 
-def summary_table(results: dict, baseline: str = "adamw", weight_decay: float | None = None) -> list[dict]:
-    """One row per (arm, metric): median and quartiles, and the paired comparison with ``baseline``.
-
-    Each row holds ``arm``, ``metric``, the :func:`~stiefel_mini.experiments.stats.summarize` numbers
-    (``median``, ``q25``, ``q75``, ``n_censored``: runs that never reached a "steps to" threshold,
-    counted as +inf), and for arms other than the baseline: ``diff_median`` (median over seeds of
-    arm - baseline) with ``diff_interval`` and its honest name ``diff_interval_name`` (``"range"`` for
-    n <= 5, see :func:`~stiefel_mini.experiments.stats.median_interval`), ``p_sign`` and
-    ``p_wilcoxon`` (exact two-sided), ``p_wilcoxon_holm`` (Holm-corrected across every comparison of
-    this table, one family) and ``wins``/``ties``/``n`` (seeds on which the arm beats the baseline).
-    Metrics that the runs do not hold (files written before they existed) are left out; in a
-    weight-decay sweep, ``weight_decay`` picks the value (see :func:`runs_by_arm`).
-    """
-    runs = runs_by_arm(results, weight_decay)
-    if not runs[baseline]:
-        raise ValueError(f"no complete paired seed in this results file (arms {list(runs)})")
-    held = runs[baseline][0]["metrics"]
-    rows = []
-    for arm, arm_runs in runs.items():
-        for key, lower, censored in (m for m in TABLE_METRICS if m[0] in held):
-            vals = [r["metrics"][key] for r in arm_runs]
-            row = {"arm": arm, "metric": key, **summarize(vals, censored=censored)}
-            if arm != baseline:
-                base = [r["metrics"][key] for r in runs[baseline]]
-                c = compare(base, vals, lower_is_better=lower, censored=censored)
-                med = c["median_difference"]
-                row.update(diff_median=med["median"], diff_interval=[med["low"], med["high"]],
-                           diff_interval_name=med["name"], p_sign=c["p_sign"], p_wilcoxon=c["p_wilcoxon"],
-                           wins=c["wins"]["wins"], ties=c["wins"]["ties"], n=c["wins"]["n"])
-            rows.append(row)
-    tested = [r for r in rows if "p_wilcoxon" in r]
-    for r, p in zip(tested, holm([r["p_wilcoxon"] for r in tested])["adjusted"]):
-        r["p_wilcoxon_holm"] = p
-    return rows
-
-
-# Direction and censoring of every metric a paired table can hold: (lower_is_better, censored).
-PAIRED_METRICS: dict[str, tuple[bool, bool]] = {
-    **{key: (lower, censored) for key, lower, censored in TABLE_METRICS},
-    "steps_above95": (False, False),
-    "max_logit_final": (False, False),
-    "mean_step_q": (False, False),
-}
-
-
 def seed_runs(results: dict, arm: str, weight_decay: float | None = None) -> dict[int, dict]:
     """The finished runs of one arm, by seed (in a weight-decay sweep, those at ``weight_decay``).
 
@@ -570,70 +541,6 @@ def seed_runs(results: dict, arm: str, weight_decay: float | None = None) -> dic
                          f"{results['sweep']['weight_decays']}")
     return {r["seed"]: r for r in sorted(results["runs"], key=lambda r: r["seed"])
             if r["arm"] == arm and (not swept or r["weight_decay"] == weight_decay)}
-
-
-def paired_table(results: dict, pairs: Sequence[tuple[str, str]], metrics: Sequence[str],
-                 weight_decay: float | None = None, alpha: float = 0.05) -> list[dict]:
-    """Paired comparisons ``arm - baseline`` over the seeds both arms finished, Holm-corrected together.
-
-    One row per ``(arm, baseline)`` of ``pairs`` and metric of ``metrics`` (keys of
-    :data:`PAIRED_METRICS`), with ``seeds`` (those both arms have; a pair without a common seed gives
-    no row), the :func:`~stiefel_mini.experiments.stats.compare` numbers: ``median_arm`` /
-    ``median_baseline``, ``diff_median`` and its interval ``diff_low`` / ``diff_high`` named
-    ``diff_interval_name`` (``"range"``, the minimum and maximum, for n <= 5), ``wins`` / ``ties`` /
-    ``losses`` of ``arm``, exact two-sided ``p_sign`` and ``p_wilcoxon``; and ``p_sign_holm`` /
-    ``p_wilcoxon_holm``, each corrected by Holm's method across every row of the table (one family).
-    ``resolved``: both corrected p-values ``<= alpha``. Censoring (a "steps to" metric of a run that
-    never got there counts as ``+inf``) is reported, never dropped: ``n_censored_arm``,
-    ``n_censored_baseline`` and ``n_both_censored`` (seeds tied because neither arm got there).
-    """
-    import numpy as np
-
-    from stiefel_mini.experiments.stats import median_interval, sign_test, wilcoxon_signed_rank, wins
-
-    unknown = [m for m in metrics if m not in PAIRED_METRICS]
-    if unknown:
-        raise ValueError(f"unknown metric(s) {unknown}; choose from {sorted(PAIRED_METRICS)}")
-    rows = []
-    for arm, baseline in pairs:
-        runs_a = seed_runs(results, arm, weight_decay)
-        runs_b = seed_runs(results, baseline, weight_decay)
-        seeds = sorted(set(runs_a) & set(runs_b))
-        if not seeds:
-            continue
-        for key in metrics:
-            lower, censored = PAIRED_METRICS[key]
-            a = values([runs_a[s]["metrics"][key] for s in seeds], censored=censored)
-            b = values([runs_b[s]["metrics"][key] for s in seeds], censored=censored)
-            d = paired_differences(b, a)  # (n_seeds,) arm - baseline, both censored: 0
-            med = median_interval(d)
-            w = wins(b, a, lower_is_better=lower)
-            rows.append({
-                "arm": arm, "baseline": baseline, "metric": key, "seeds": seeds, "n": len(seeds),
-                "median_arm": summarize(a)["median"], "median_baseline": summarize(b)["median"],
-                "differences": d.tolist(), "diff_median": med["median"], "diff_low": med["low"],
-                "diff_high": med["high"], "diff_interval_name": med["name"],
-                "wins": w["wins"], "ties": w["ties"], "losses": w["losses"],
-                "p_sign": sign_test(d)["p"], "p_wilcoxon": wilcoxon_signed_rank(d)["p"],
-                "n_censored_arm": int(np.isinf(a).sum()), "n_censored_baseline": int(np.isinf(b).sum()),
-                "n_both_censored": int((np.isinf(a) & np.isinf(b)).sum()),
-            })
-    return holm_rows(rows, alpha)
-
-
-def holm_rows(rows: list[dict], alpha: float = 0.05) -> list[dict]:
-    """Holm-correct the ``p_sign`` and ``p_wilcoxon`` of :func:`paired_table` rows as one family.
-
-    Sets ``p_sign_holm``, ``p_wilcoxon_holm`` and ``resolved`` (both ``<= alpha``) on every row, in
-    place, and returns the rows: use it to make one family of several tables (e.g. one per weight
-    decay), since each :func:`paired_table` corrects only its own rows.
-    """
-    for test in ("p_sign", "p_wilcoxon"):
-        for r, p in zip(rows, holm([r[test] for r in rows])["adjusted"]):
-            r[f"{test}_holm"] = p
-    for r in rows:
-        r["resolved"] = r["p_sign_holm"] <= alpha and r["p_wilcoxon_holm"] <= alpha
-    return rows
 
 
 def merge_results(results: Sequence[dict]) -> dict:
@@ -862,9 +769,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     """CLI: ``[sweep [--plan NAME]] [--preset NAME] [--field value ...] [--out PATH]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
+        print("usage: python -m stiefel_mini.experiments.grokking recount FILE...  (metrics from stored curves)")
         print("usage: python -m stiefel_mini.experiments.grokking [sweep [--plan "
               f"{'|'.join(SWEEP_PLANS)}]] [--preset {'|'.join(PRESETS)}] [--out PATH] [--field value ...]")
         print(config_help(SweepConfig) + "\n" + config_help(GrokkingConfig))
+        return
+    if argv and argv[0] == "recount":
+        for path in argv[1:]:
+            print(f"{path}: metrics of {recount(path)} run(s) rewritten from the stored histories")
         return
     if argv and argv[0] == "sweep":
         plan, argv = _pop_plan(argv[1:])

@@ -7,7 +7,8 @@ works on the per-seed differences ``d_i = b_i - a_i``. With 3-12 seeds the choic
   run (a "steps to reach 95%" that never reached it, stored as ``None`` or ``inf``) makes it raise.
 * :func:`sign_test`: exact two-sided binomial test of ``P(d > 0) = 1/2``; 5 wins of 5 give p = 0.0625.
 * :func:`wilcoxon_signed_rank`: exact two-sided Wilcoxon signed-rank test by enumeration.
-* :func:`holm`: Holm's step-down correction of the p-values of one family of comparisons.
+* :func:`holm`: Holm's step-down correction of the p-values of one family of comparisons;
+  :func:`holm_tarone` applies it only to the comparisons whose n lets them reach the level.
 * :func:`median_interval`: the median with its distribution-free order-statistic interval, named
   ``"range"`` when it is just the sample's minimum and maximum (n <= 5 at 95%).
 
@@ -27,9 +28,10 @@ import math
 from typing import Iterable, Sequence
 
 import numpy as np
+import scipy.stats
 
-__all__ = ["values", "summarize", "paired_differences", "t_quantile", "t_interval", "sign_test",
-           "wilcoxon_signed_rank", "holm", "median_interval", "paired_ratio", "wins", "compare"]
+__all__ = ["values", "summarize", "paired_differences", "t_quantile", "t_interval", "sign_test", "smallest_p",
+           "wilcoxon_signed_rank", "holm", "holm_tarone", "median_interval", "paired_ratio", "wins", "compare"]
 
 
 def values(xs: Iterable[float | None], *, censored: bool = False) -> np.ndarray:
@@ -99,46 +101,11 @@ def paired_differences(a: Iterable[float | None], b: Iterable[float | None], *,
     return d
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularised incomplete beta function (Lentz's method)."""
-    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _t_cdf(t: float, df: int) -> float:
-    """Student-t CDF: ``1 - I_x(df/2, 1/2) / 2`` for ``t > 0`` with ``x = df / (df + t^2)``."""
-    if t == 0:
-        return 0.5
-    x = df / (df + t * t)
-    a, b = df / 2.0, 0.5
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
-                     + b * math.log1p(-x))
-    ib = front * _betacf(a, b, x) / a if x < (a + 1) / (a + b + 2) else 1 - front * _betacf(b, a, 1 - x) / b
-    tail = 0.5 * ib
-    return 1.0 - tail if t >= 0 else tail
-
-
 def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on the CDF)."""
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (``scipy.stats.t.ppf``)."""
     if not 0.0 < p < 1.0 or df < 1:
         raise ValueError(f"t_quantile needs 0 < p < 1 and df >= 1; got p={p}, df={df}")
-    lo, hi = -1e6, 1e6
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
-    return 0.5 * (lo + hi)
+    return float(scipy.stats.t.ppf(p, df))
 
 
 def t_interval(xs: Iterable[float | None], level: float = 0.95) -> tuple[float, float]:
@@ -168,8 +135,16 @@ def sign_test(d: Iterable[float]) -> dict:
     d = values(d, censored=True)
     nz = d[d != 0]
     n, k = int(nz.size), int((nz > 0).sum())
-    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2.0**n
-    return {"n": n, "n_positive": k, "n_zero": int(d.size - n), "p": min(1.0, 2.0 * tail)}
+    p = 1.0 if n == 0 else float(scipy.stats.binomtest(k, n, 0.5).pvalue)
+    return {"n": n, "n_positive": k, "n_zero": int(d.size - n), "p": min(1.0, p)}
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p-value the exact sign or signed-rank test can give with ``n`` pairs.
+
+    Both reach it when all ``n`` non-zero differences share a sign: ``2 * 2^-n = 2^(1-n)`` (1 at n = 0).
+    """
+    return 1.0 if n <= 0 else min(1.0, 2.0 ** (1 - n))
 
 
 def wilcoxon_signed_rank(d: Iterable[float]) -> dict:
@@ -227,6 +202,37 @@ def holm(pvalues: Sequence[float], alpha: float = 0.05) -> dict:
     adjusted = np.empty(m)
     adjusted[order] = adj_sorted
     return {"adjusted": adjusted.tolist(), "reject": [bool(a <= alpha) for a in adjusted]}
+
+
+def holm_tarone(pvalues: Sequence[float], smallest: Sequence[float], alpha: float = 0.05) -> dict:
+    """Holm's correction over the comparisons that can reach ``alpha`` at all (Tarone's rule).
+
+    A discrete test with few pairs has a smallest attainable p-value (:func:`smallest_p`); a
+    comparison whose smallest p exceeds the per-comparison level can never be rejected, and counting
+    it in the family only weakens the others. Tarone (1990): with ``m(K)`` the number of comparisons
+    whose smallest p is ``<= alpha / K``, take the smallest ``K >= 1`` with ``m(K) <= K``; those
+    ``m(K)`` comparisons are *testable* and Holm-corrected among themselves (family size ``m(K)``);
+    the rest are untestable and get no adjusted p (``None``). Returns ``{"testable": [...],
+    "adjusted": [...], "reject": [...]}`` in the input order.
+
+    Reference: Tarone (1990), "A modified Bonferroni method for discrete data", Biometrics 46:515-522.
+    """
+    p, lo = list(pvalues), list(smallest)
+    if len(p) != len(lo):
+        raise ValueError(f"{len(p)} p-values but {len(lo)} smallest attainable p-values; give one per comparison")
+    m = len(p)
+    k = 1
+    while k < m and sum(x <= alpha / k for x in lo) > k:
+        k += 1
+    testable = [x <= alpha / k for x in lo]
+    res = holm([q for q, t in zip(p, testable) if t], alpha)
+    adjusted: list[float | None] = [None] * m
+    reject = [False] * m
+    it = iter(zip(res["adjusted"], res["reject"]))
+    for i, t in enumerate(testable):
+        if t:
+            adjusted[i], reject[i] = next(it)
+    return {"testable": testable, "adjusted": adjusted, "reject": reject}
 
 
 def median_interval(xs: Iterable[float | None], level: float = 0.95, *, censored: bool = False) -> dict:

@@ -35,7 +35,6 @@ equilibrium angular update ``sqrt(2 lr wd)`` of scale-invariant weights under Ad
 
 from __future__ import annotations
 
-import hashlib
 import math
 import sys
 import time
@@ -49,6 +48,7 @@ from torch import Tensor, nn
 from stiefel_mini.attention import entropy, make_attention
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer
 from stiefel_mini.experiments.config import cli, parse_cli
+from stiefel_mini.experiments.readouts import fingerprint, max_change, widget_readouts
 from stiefel_mini.experiments.records import config_dict, provenance, save_results
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
 from stiefel_mini.geometry import orthogonality_error
@@ -301,15 +301,6 @@ def frames_identical(history: dict[str, Any], arm: str = "stiefel") -> bool:
                for f in finals)
 
 
-def max_change(history: dict[str, Any], arm: str, i_wd: int, i_snap: int = -1) -> float:
-    """``max |W(wd) - W(wd_0)|`` over the entries of ``W_Q`` and ``W_K`` at snapshot ``i_snap``,
-    with ``wd_0 = cfg.weight_decays[0]`` (0 in the default sweep)."""
-    runs = history["runs"][arm]
-    a, b = runs[i_wd]["snapshots"], runs[0]["snapshots"]
-    return max((a["w_q"][i_snap] - b["w_q"][i_snap]).abs().max().item(),
-               (a["w_k"][i_snap] - b["w_k"][i_snap]).abs().max().item())
-
-
 def momentum_factor(beta1: float) -> float:
     """``sqrt((1 - beta1) / (1 + beta1))``: the RMS of Adam's ``m_hat / sqrt(v_hat)`` per entry when
     the gradients are independent noise (the average of ``1/(1-beta1)`` noisy steps partly cancels)."""
@@ -347,34 +338,9 @@ def summary_table(history: dict[str, Any], last: int = 5) -> list[dict[str, Any]
     return rows
 
 
-def fingerprint(*tensors: Tensor) -> str:
-    """First 12 hex digits of the SHA-256 of the tensors' bytes: equal strings mean equal bits."""
-    h = hashlib.sha256()
-    for t in tensors:
-        h.update(t.detach().contiguous().cpu().numpy().tobytes())
-    return h.hexdigest()[:12]
-
-
 # ----------------------------------------------------------------------------------------------------
-# Readouts (the numbers stiefel_mini.widgets.weight_decay_widget shows) and CLI
+# CLI (the readouts the widget shows are in stiefel_mini.experiments.readouts)
 # ----------------------------------------------------------------------------------------------------
-
-
-def widget_readouts(history: dict[str, Any], i_wd: int, i_snap: int) -> dict[str, dict[str, Any]]:
-    """The numbers the widget shows for decay ``i_wd`` at snapshot ``i_snap``, per arm:
-    ``norm_q`` (mean over heads of ``||W_Q^h||_F``), ``max_change`` (see :func:`max_change`),
-    ``entropy`` (head 0's attention entropy on the shown examples, nats), ``fingerprint``."""
-    out = {}
-    for arm, recs in history["runs"].items():
-        s = recs[i_wd]["snapshots"]
-        attn = s["attn"][i_snap]
-        out[arm] = {
-            "norm_q": torch.linalg.matrix_norm(s["w_q"][i_snap]).mean().item(),
-            "max_change": max_change(history, arm, i_wd, i_snap),
-            "entropy": entropy(attn).mean().item(),
-            "fingerprint": fingerprint(s["w_q"][i_snap], s["w_k"][i_snap]),
-        }
-    return out
 
 
 def _print_summary(history: dict[str, Any]) -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from stiefel_mini import evidence
+from stiefel_mini.evidence.runs import at_best_lr
 from stiefel_mini.experiments import cifar, cifar_data, runtime
 from stiefel_mini.experiments.cifar import PRESETS, REPRO_TINY_SET, CifarConfig
 from stiefel_mini.geometry import orthogonality_error
@@ -254,8 +256,9 @@ def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
     curves = {c["arm"]: c for c in cifar.lr_curves(payload["runs"])}
     assert curves["A1"]["swept"] == "frame_lr" and [p["value"] for p in curves["A1"]["points"]] == [1e-2, 0.3]
     assert curves["A0"]["best"] in (1e-3, 3e-3) and curves["A0"]["points"][0]["n"] == 2
-    best = cifar.best_lr_comparison(payload["runs"])
-    assert [r["arm"] for r in best] == ["A1"] and best[0]["seeds"] == [0, 1] and "p_wilcoxon_holm" in best[0]
+    best = evidence.paired(at_best_lr(payload["runs"], "A0")[1], at_best_lr(payload["runs"], "A1")[1],
+                           lambda h: 100 * h["test_acc"])
+    assert best["seeds"] == [0, 1] and best["n"] == 2
     # A1 (rest at lr 1e-3) pairs with A0 at lr 1e-3 in the summary table.
     rows = [r for r in payload["summary"] if r["arm"] == "A1"]
     assert all(r["n_pairs"] == 2 for r in rows)

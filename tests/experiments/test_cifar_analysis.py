@@ -1,4 +1,4 @@
-"""Tests of the round-2 analysis functions of the CIFAR-10 chapter, on hand-made run records.
+"""Tests of reading CIFAR-10 runs for the chapter and the evidence layer, on hand-made run records.
 
 No training here: each record holds only the keys the functions read, with accuracies chosen so
 that the right answer is known (which lr is best, which seeds pair, what Holm makes of the table).
@@ -10,8 +10,9 @@ import json
 
 import pytest
 
+from stiefel_mini import evidence
+from stiefel_mini.evidence import runs as runs_mod
 from stiefel_mini.experiments import cifar
-from stiefel_mini.experiments.stats import holm
 
 
 def rec(arm, seed, acc, lr=1e-3, frame_lr=None, frac=0.3, train_acc=None):
@@ -31,26 +32,36 @@ def test_by_seed_selects_one_setting_and_refuses_an_ambiguous_one():
         cifar.by_seed(runs, arm="A0")
 
 
-def test_paired_family_pairs_common_seeds_and_corrects_the_table():
+def test_evidence_pairs_common_seeds_and_corrects_the_testable_rows():
     a = {s: rec("A0", s, 0.50) for s in range(6)}
     b = {s: rec("A1", s, 0.50 + 0.01 * (s + 1)) for s in range(6)}  # wins on all 6 seeds
     c = {s: rec("A3", s, 0.50 + (0.01 if s % 2 else -0.01)) for s in range(4)}  # 2 wins, 2 losses
-    rows = cifar.paired_family([("A1 - A0", a, b), ("A3 - A0", a, c), ("none", a, {})])
+    acc = lambda h: 100 * h["test_acc"]  # noqa: E731
+    rows = evidence.correct([evidence.paired(a, b, acc, label="A1 - A0"), evidence.paired(a, c, acc),
+                             evidence.paired(a, {}, acc)])
     r1, r3, r0 = rows
     assert r1["seeds"] == list(range(6)) and r1["wins"] == 6 and r1["mean"] == pytest.approx(3.5)
-    lo, hi = r1["t_interval"]
-    assert lo < 3.5 < hi and lo > 0
-    assert r1["p_sign"] == pytest.approx(2 * 0.5**6) and r1["p_wilcoxon"] == pytest.approx(2 * 0.5**6)
-    # Holm over the three rows (the unpaired one counts in the family with p = 1)
-    assert r1["p_sign_holm"] == pytest.approx(holm([r1["p_sign"], r3["p_sign"], 1.0])["adjusted"][0])
-    assert r1["p_sign_holm"] == pytest.approx(3 * 2 * 0.5**6) and r1["resolved"] is False  # 0.094 > 0.05
-    assert r3["wins"] == 2 and r3["losses"] == 2 and not r3["resolved"]
-    assert r3["median_interval_name"] == "range" and r3["median_low"] == pytest.approx(-1.0)
-    assert r0["n"] == 0 and r0["mean"] is None and r0["p_sign_holm"] == 1.0 and not r0["resolved"]
-    alone = cifar.paired_family([("A1 - A0", a, b)])[0]
-    assert alone["resolved"] and alone["p_wilcoxon_holm"] == pytest.approx(2 * 0.5**6)
-    one = cifar.paired_family([("one seed", {0: a[0]}, {0: b[0]})])[0]
-    assert one["t_interval"] is None and one["n"] == 1
+    lo, hi = r1["ci"]
+    assert 0 < lo < 3.5 < hi
+    assert r1["p"] == pytest.approx(2 * 0.5**6) and r1["p_min"] == pytest.approx(2 * 0.5**6)
+    # Tarone: at n = 4 (p >= 0.125) and n = 0 no test can reach 0.05, so the family is r1 alone
+    # and Holm leaves its p as it is (Holm over all three rows would give 0.094).
+    assert r1["testable"] and r1["p_holm"] == pytest.approx(2 * 0.5**6) and r1["resolved"]
+    assert not r3["testable"] and r3["p_holm"] is None and r3["wins"] == 2 and r3["losses"] == 2
+    assert r3["low"] == pytest.approx(-1.0) and r3["high"] == pytest.approx(1.0)
+    assert r0["n"] == 0 and r0["mean"] is None and not r0["testable"] and not r0["resolved"]
+    one = evidence.paired({0: a[0]}, {0: b[0]}, acc)
+    assert one["ci"] is None and one["n"] == 1
+
+
+def test_at_best_lr_picks_each_arms_best_value():
+    runs = [rec("A0", s, acc, lr=lr) for s in (0, 1) for lr, acc in ((1e-3, 0.5), (3e-3, 0.6), (1e-2, 0.4))]
+    runs += [rec("A1", s, 0.55 + 0.1 * (v == 0.3), frame_lr=v) for s in (0, 1) for v in (0.1, 0.3)]
+    best, at = runs_mod.at_best_lr(runs, "A0")
+    assert best == 3e-3 and sorted(at) == [0, 1] and all(h["lr"] == 3e-3 for h in at.values())
+    assert runs_mod.at_best_lr(runs, "A1")[0] == 0.3 and runs_mod.at_best_lr(runs, "A7") == (None, {})
+    with pytest.raises(ValueError, match="several train fractions"):
+        runs_mod.at_best_lr(runs + [rec("A0", 0, 0.5, frac=1.0)], "A0")
 
 
 def test_fitted_check_reads_train_minus_test_per_seed():
@@ -74,8 +85,9 @@ def test_held_out_best_picks_each_seeds_lr_on_the_other_seeds():
     # Seed 0 favours A1's frame lr 0.1, seed 1 favours 1.0: in-sample the best mean is 1.0 (0.575),
     # held out each seed gets the other seed's favourite.
     runs = lr_runs({1e-3: [0.50, 0.50], 1e-2: [0.45, 0.45]}, {0.1: [0.60, 0.40], 1.0: [0.45, 0.70]})
-    best = cifar.best_lr_comparison(runs)[0]
-    assert best["arm_best"] == 1.0 and best["diff_pp"] == pytest.approx(7.5)
+    value, a1 = runs_mod.at_best_lr(runs, "A1")
+    best = evidence.paired(runs_mod.at_best_lr(runs, "A0")[1], a1, lambda h: 100 * h["test_acc"])
+    assert value == 1.0 and best["mean"] == pytest.approx(7.5)
     held = cifar.held_out_best(runs)
     assert len(held) == 1 and held[0]["arm"] == "A1" and held[0]["seeds"] == [0, 1]
     assert held[0]["chosen"] == [(1.0, 1e-3), (0.1, 1e-3)]

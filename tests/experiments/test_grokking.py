@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from stiefel_mini import evidence
 from stiefel_mini.experiments import grokking as G
 from stiefel_mini.experiments.config import ConfigError, parse_config
 from stiefel_mini.experiments.records import load_results, save_results
@@ -293,7 +294,8 @@ def test_merge_results_of_parallel_sweeps(tmp_path):
     assert [(r["seed"], r["arm"]) for r in merged["runs"]] == [(0, "adamw"), (0, "stiefel_learned"),
                                                                (1, "adamw"), (1, "stiefel_learned")]
     assert merged["sweep"]["seeds"] == [0, 1] and [p["command"] for p in merged["provenance_merged"]] == ["a", "b"]
-    assert [r["n"] for r in G.summary_table(merged) if "n" in r][0] == 2
+    rows = evidence.grokking_rows(lambda a: G.seed_runs(merged, a), [("stiefel_learned", "adamw")], ["final_val_acc"])
+    assert rows[0]["n"] == 2 and rows[0]["seeds"] == [0, 1]
     with pytest.raises(ValueError, match="more than one file"):
         G.merge_results([a, a])
     other = G.sweep(dataclasses.replace(plan, seeds=(1,), out=str(tmp_path / "c.json")),
@@ -345,55 +347,27 @@ def test_reproduces_committed_results():
     _assert_reproduces(again, full["history"], "committed run")
 
 
-def test_summary_table_pairs_seeds_counts_censoring_and_corrects():
-    def metrics(s95, acc):
-        m = {key: 0.0 for key, _, _ in G.TABLE_METRICS}
-        m.update(steps_to_val95=s95, steps_to_val99=s95, steps_to_train99=40, grok_delay=None if s95 is None else s95 - 40,
-                 final_val_acc=acc)
-        return m
-
-    base = [metrics(s, 0.9) for s in (400, 500, None, 600, 700)]
-    arm = [metrics(s, 0.95) for s in (200, 300, 400, 500, 600)]
-    results = {"sweep": {"arms": ["adamw", "stiefel"]},
-               "runs": [{"arm": "adamw", "seed": i, "metrics": m} for i, m in enumerate(base)]
-               + [{"arm": "stiefel", "seed": i, "metrics": m} for i, m in enumerate(arm)]}
-    rows = {(r["arm"], r["metric"]): r for r in G.summary_table(results)}
-    b95, s95 = rows[("adamw", "steps_to_val95")], rows[("stiefel", "steps_to_val95")]
-    assert b95["n_censored"] == 1 and b95["median"] == 600 and s95["n_censored"] == 0
-    assert s95["wins"] == 5 and s95["p_sign"] == 0.0625 and s95["p_wilcoxon"] == 0.0625
-    assert s95["diff_interval_name"] == "range" and s95["diff_interval"][1] == -100
-    assert s95["p_wilcoxon_holm"] >= s95["p_wilcoxon"] and "p_wilcoxon" not in b95
-
-
-def test_paired_table_pairs_each_comparison_on_its_own_seeds_and_corrects():
-    def run(arm, seed, s95, acc, wd=None):
-        m = {"steps_to_val95": s95, "final_val_acc": acc, "collapses10": 0}
-        return {"arm": arm, "seed": seed, "weight_decay": wd, "metrics": m}
+def test_evidence_pairs_grokking_runs_on_their_common_seeds_with_censoring():
+    def run(arm, seed, s95, acc):
+        return {"arm": arm, "seed": seed, "weight_decay": None, "metrics": {"steps_to_val95": s95, "final_val_acc": acc}}
 
     # adamw and stiefel_learned on 5 seeds, uniform on 3 (a sweep still filling its file).
     runs = [run("adamw", s, v, 0.9) for s, v in enumerate((400, 500, None, 600, 700))]
     runs += [run("stiefel_learned", s, v, 0.95) for s, v in enumerate((200, 300, None, 500, 600))]
     runs += [run("uniform", s, None, 0.5) for s in range(3)]
     results = {"sweep": {"arms": ["adamw", "stiefel_learned", "uniform"]}, "runs": runs}
-    pairs = [("stiefel_learned", "adamw"), ("uniform", "adamw"), ("qknorm", "adamw")]
-    rows = G.paired_table(results, pairs, ["steps_to_val95", "final_val_acc"])
-    by = {(r["arm"], r["metric"]): r for r in rows}
-    assert len(rows) == 4  # qknorm has no run: no row
-    s95 = by[("stiefel_learned", "steps_to_val95")]
-    assert s95["seeds"] == [0, 1, 2, 3, 4] and s95["n_both_censored"] == 1 and s95["ties"] == 1
-    assert s95["wins"] == 4 and s95["losses"] == 0 and s95["p_sign"] == 0.125
-    assert s95["diff_interval_name"] == "range" and s95["diff_high"] == 0
-    u95 = by[("uniform", "steps_to_val95")]
-    assert u95["seeds"] == [0, 1, 2] and u95["n_censored_arm"] == 3 and u95["n_censored_baseline"] == 1
-    assert u95["wins"] == 0 and u95["losses"] == 2 and u95["ties"] == 1
-    assert u95["median_arm"] == math.inf
-    acc = by[("stiefel_learned", "final_val_acc")]
-    assert acc["diff_median"] == pytest.approx(0.05) and acc["wins"] == 5 and acc["p_wilcoxon"] == 0.0625
-    # Holm over the 4 rows: the smallest p (0.0625) is multiplied by 4.
-    assert acc["p_wilcoxon_holm"] == pytest.approx(0.25) and not acc["resolved"]
-    assert all(r["p_sign_holm"] >= r["p_sign"] for r in rows)
-    with pytest.raises(ValueError, match="unknown metric"):
-        G.paired_table(results, pairs, ["steps_to_nowhere"])
+    steps = lambda r: r["metrics"]["steps_to_val95"]  # noqa: E731
+    base = G.seed_runs(results, "adamw")
+    s95 = evidence.paired(base, G.seed_runs(results, "stiefel_learned"), steps, higher_is_better=False,
+                          censored=True, unit="steps")
+    assert s95["seeds"] == [0, 1, 2, 3, 4] and s95["ties"] == 1 and s95["n_test"] == 4
+    assert s95["wins"] == 4 and s95["losses"] == 0 and s95["p"] == 0.125 and s95["high"] == 0
+    assert s95["mean"] is None and s95["n_censored"] == 1  # both censored: a tie for the test, no mean
+    u95 = evidence.paired(base, G.seed_runs(results, "uniform"), steps, higher_is_better=False, censored=True)
+    assert u95["seeds"] == [0, 1, 2] and u95["n_censored"] == 3 and u95["mean"] is None
+    assert (u95["wins"], u95["losses"], u95["ties"]) == (0, 2, 1)
+    acc = evidence.paired(base, G.seed_runs(results, "stiefel_learned"), lambda r: 100 * r["metrics"]["final_val_acc"])
+    assert acc["mean"] == pytest.approx(5.0) and acc["wins"] == 5 and acc["p"] == 0.0625
 
 
 def test_seed_runs_keeps_every_seed_of_an_arm_and_picks_the_decay():
@@ -404,11 +378,3 @@ def test_seed_runs_keeps_every_seed_of_an_arm_and_picks_the_decay():
     with pytest.raises(ValueError, match="weight_decay"):
         G.seed_runs(results, "adamw")
     assert G.seed_runs(results, "qknorm", weight_decay=1.0) == {}
-
-
-def test_holm_rows_makes_one_family_of_several_tables():
-    rows = [{"p_sign": 0.0625, "p_wilcoxon": 0.0625}, {"p_sign": 0.01, "p_wilcoxon": 0.02}]
-    out = G.holm_rows(rows)
-    assert out is rows and rows[1]["p_sign_holm"] == pytest.approx(0.02)
-    assert rows[1]["p_wilcoxon_holm"] == pytest.approx(0.04) and rows[1]["resolved"]
-    assert rows[0]["p_sign_holm"] == pytest.approx(0.0625) and not rows[0]["resolved"]

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from stiefel_mini.experiments import stats
 
@@ -145,3 +146,29 @@ def test_paired_ratio_is_the_median_of_per_round_ratios():
 def test_paired_ratio_refuses_unpaired_series(num, den):
     with pytest.raises(ValueError, match="equally long"):
         stats.paired_ratio(num, den)
+
+
+def test_sign_test_and_smallest_p_known_answers():
+    assert stats.sign_test([1.0] * 8)["p"] == pytest.approx(2 ** -7)  # 0.0078125
+    assert stats.sign_test([1, 1, 1, 1, -1])["p"] == pytest.approx(0.375)  # 2 * 6/32
+    assert stats.sign_test([0.0, 0.0])["p"] == 1.0
+    assert [stats.smallest_p(n) for n in (0, 1, 3, 5, 8)] == [1.0, 1.0, 0.25, 0.0625, 0.0078125]
+    # the enumerated Wilcoxon agrees with scipy's exact test where there are no ties
+    d = [0.3, -0.1, 0.7, 1.2, 0.5, -0.25, 0.9]
+    assert stats.wilcoxon_signed_rank(d)["p"] == pytest.approx(scipy.stats.wilcoxon(d, method="exact").pvalue)
+
+
+def test_holm_tarone_known_examples():
+    # Two comparisons at n = 3 (p >= 0.25) cannot reach 0.05: K = 2 leaves the two n = 8 ones.
+    res = stats.holm_tarone([0.25, 0.5, 0.0078125, 0.01], [0.25, 0.25, 0.0078125, 0.0078125])
+    assert res["testable"] == [False, False, True, True]
+    assert res["adjusted"][:2] == [None, None]
+    assert res["adjusted"][2:] == pytest.approx([0.015625, 0.015625])  # Holm over 2
+    assert res["reject"] == [False, False, True, True]
+    none = stats.holm_tarone([0.25, 0.0625], [0.25, 0.0625])
+    assert none["testable"] == [False, False] and none["reject"] == [False, False]
+    # m(1) = 3 > 1, m(2) = 3 > 2, m(3) = 3 <= 3: all three tested, Holm over 3.
+    three = stats.holm_tarone([0.001, 0.02, 0.04], [0.001, 0.001, 0.001])
+    assert three["testable"] == [True] * 3 and three["adjusted"] == pytest.approx([0.003, 0.04, 0.04])
+    with pytest.raises(ValueError, match="one per comparison"):
+        stats.holm_tarone([0.1], [0.1, 0.2])

@@ -1,0 +1,56 @@
+"""``python -m stiefel_mini.evidence [--json] [--root DIR]``: the verdicts and their comparisons.
+
+Without ``--json``: per claim, the verdict, how sure, the declared primary comparison(s), the
+confirmation seeds and the secondary comparisons, as text. With ``--json``: a list with one object
+per claim (``key``, ``claim``, ``paper``, ``verdict``, ``status``, ``sure``, ``chapter``,
+``primary`` rows with ``p`` and ``p_holm``, ...). ``--root`` reads ``DIR/results/`` instead of the
+committed files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from stiefel_mini.evidence.claims import as_data, effect_text, sure_text, verdicts
+
+
+def _line(r: dict, family: int) -> str:
+    return f"    {r['label']} [{r['regime']}]: {effect_text(r)}; {sure_text(r, family)}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m stiefel_mini.evidence", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    ap.add_argument("--root", default=None, help="a folder holding results/ (default: the committed files)")
+    args = ap.parse_args(argv)
+    vs = verdicts(args.root)
+    if args.json:
+        json.dump(as_data(vs), sys.stdout, indent=1)
+        print()
+        return
+    for v in vs:
+        print(f"\n## {v['claim']} (paper: {v['paper']}; chapter {v['chapter']})")
+        print(f"  verdict: {v['verdict']}")
+        print(f"  how sure: {v['sure']}")
+        if v["primary"]:
+            print(f"  primary: {v['declared']}")
+            for r in v["primary"]:
+                print(_line(r, len(v["primary"])))
+        conf = v["confirmation"]
+        if conf:
+            print(f"  confirmation ({conf['note']}): seeds present {conf['present'] or 'none yet'}")
+            for r in conf["rows"]:
+                if r["n"]:
+                    print(_line(r, 1))
+        if v["scale_note"]:
+            print(f"  not tested: {v['scale_note']}")
+        if v["secondary"]:
+            print("  secondary (no vote):")
+            for r in v["secondary"]:
+                print(_line(r, 1))
+
+
+if __name__ == "__main__":
+    main()
