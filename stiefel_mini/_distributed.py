@@ -56,7 +56,7 @@ def check_frame_placement(p: Tensor, where: str) -> None:
             continue
         raise ValueError(
             f"{where} is a DTensor with placements {tuple(p.placements)} on a mesh of shape "
-            f"{tuple(p.device_mesh.shape)}: {placement} splits each {tuple(p.shape[-2:])} frame "
+            f"{tuple(p.device_mesh.shape)}: {placement!r} splits each {tuple(p.shape[-2:])} frame "
             "between ranks, and the frame rule needs whole frames. Shard frames on a leading (head) "
             "dimension only: fully_shard's default Shard(0) does that for frames stored "
             "(n_heads, d_model, d_head); a shard_placement_fn should return Shard(0) for them, and "

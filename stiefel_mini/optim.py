@@ -441,8 +441,9 @@ class StiefelAdam(torch.optim.Optimizer):
             param_group = {**param_group, "params": list(params)}  # a generator is read once
         if merged["stiefel"]:
             for j, p in enumerate([params] if isinstance(params, Tensor) else param_group["params"]):
+                name, p = p if isinstance(p, tuple) else (None, p)  # named parameters: (name, tensor)
                 _check_frame_tensor(p)
-                _dt.check_frame_placement(p, _frame_name(len(self.param_groups), param_group, j, p))
+                _dt.check_frame_placement(p, _frame_name(len(self.param_groups), param_group, j, p, name))
         super().add_param_group(param_group)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -717,7 +718,7 @@ def _diagnose(u: _BucketUpdate) -> ValueError:
             continue
         where = f"a frame of shape {tuple(p.shape)} in param group {u.group_index}"
         if _dt.is_dtensor(p):
-            where += " (in this rank's shard)"
+            where += " (in this rank's shard; no rank takes this step)"
         if not bool(torch.isfinite(_dt.local(p.grad)).all()):
             return ValueError(
                 f"{where} has a non-finite gradient (NaN or inf); no parameter or state was changed. "
@@ -733,11 +734,10 @@ def _diagnose(u: _BucketUpdate) -> ValueError:
     raise AssertionError("_diagnose called on a bucket whose frames were all accepted")
 
 
-def _frame_name(index: int, group: dict[str, Any], j: int, p: Tensor) -> str:
-    """How errors name the ``j``-th parameter of param group ``index``: its name if the group has
-    ``param_names``, its position, its group's ``name`` and its shape."""
-    names = group.get("param_names")
-    what = f"{names[j]!r}, " if names and j < len(names) else ""
+def _frame_name(index: int, group: dict[str, Any], j: int, p: Tensor, name: str | None) -> str:
+    """How errors name the ``j``-th parameter of param group ``index``: its name (given as a
+    ``(name, tensor)`` pair), its position, its group's ``name`` and its shape."""
+    what = f"{name!r}, " if name else ""
     label = f" ({group['name']!r})" if "name" in group else ""
     return f"the frame {what}parameter {j} of param group {index}{label}, of shape {tuple(p.shape)},"
 
