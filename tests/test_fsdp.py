@@ -33,6 +33,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from stiefel_mini.attention import frame_parameters, param_groups
+from stiefel_mini.experiments import fsdp_example
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.mha import StiefelMultiheadAttention
 from stiefel_mini.optim import StiefelAdam
@@ -210,6 +211,9 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         flag = torch.ones(1)
         dist.all_reduce(flag)  # every rank is still in step with the others
         out["collective_after_error"] = flag.item()
+
+        # The example's command line, in this process group; the parent resumes it at 1 rank.
+        out["example"] = fsdp_example.main(["--steps", "3", "--save", os.path.join(out_dir, "example")])
         torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -240,7 +244,10 @@ def runs(tmp_path_factory):
     opt = _optimizer(model)
     _load(model, opt, os.path.join(out_dir, "ckpt2_h4"))
     _train(model, opt, range(RESUME_AT, STEPS))
-    return {"reference": reference, "ranks": ranks, "from_2_ranks": _snapshot(model, opt)}
+    example = fsdp_example.main(["--steps", "5", "--resume", os.path.join(out_dir, "example")])
+    unsharded = fsdp_example.main(["--steps", "5"])
+    return {"reference": reference, "ranks": ranks, "from_2_ranks": _snapshot(model, opt), "example": example,
+            "example_unsharded": unsharded}
 
 
 def _max_diff(a: dict, b: dict) -> float:
@@ -306,3 +313,13 @@ def test_a_non_finite_gradient_on_one_rank_raises_on_every_rank(runs):
     assert "non-finite gradient" in r1.get("nan_error", "") and "this rank's shard" in r1["nan_error"]
     assert r0["nan_unchanged"] and r1["nan_unchanged"], "a parameter or state changed"
     assert r0["collective_after_error"] == r1["collective_after_error"] == WORLD_SIZE
+
+
+def test_the_example_trains_sharded_and_resumes_at_1_rank(runs):
+    sharded = [r["example"] for r in runs["ranks"]]
+    assert [r["world_size"] for r in sharded] == [2, 2] and len(sharded[0]["losses"]) == 3
+    assert max(r["orthogonality_error"] for r in sharded) < 1e-5
+    resumed, unsharded = runs["example"], runs["example_unsharded"]
+    assert resumed["world_size"] == 1 and len(resumed["losses"]) == 2  # steps 3 and 4, from the checkpoint
+    # The same global batches: the resumed run's last losses are the uninterrupted run's.
+    assert resumed["losses"] == pytest.approx(unsharded["losses"][3:], abs=1e-5)
