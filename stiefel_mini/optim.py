@@ -480,6 +480,7 @@ class StiefelAdam(torch.optim.Optimizer):
                         "another optimizer or with another second_moment; load it into that, or drop "
                         "this parameter's entry from state_dict['state'] to start its moments afresh"
                     )
+                _check_state_placement(p, saved[pid]["exp_avg_sq"])
         super().load_state_dict(state_dict)
         for pid, p, own in pairs:
             if own["stiefel"] and pid in saved:
@@ -788,6 +789,21 @@ def _init_frame_state(state: dict[str, Any], p: Tensor, mode: str, mesh=None) ->
     state["exp_avg"] = _dt.like(torch.zeros(shard.shape, dtype=dtype, device=W.device), p, p.shape)
     v = torch.zeros(_v_state_shape(shard, mode), dtype=torch.float64, device=W.device)
     state["exp_avg_sq"] = _dt.like(v, p, _v_state_shape(p, mode))
+
+
+def _check_state_placement(p: Tensor, saved: Tensor) -> None:
+    """``ValueError`` unless a frame's saved state is sharded as the frame is (both plain, or both
+    DTensors with the same placements): the frame rule pairs each shard with its own moments."""
+    ours, theirs = (tuple(t.placements) if _dt.is_dtensor(t) else None for t in (p, saved))
+    if ours != theirs:
+        def layout(x):
+            return "a plain tensor" if x is None else f"a DTensor with placements {x}"
+        raise ValueError(
+            f"a frame of shape {tuple(p.shape)} is {layout(ours)}, but its saved state is {layout(theirs)}; "
+            "load a sharded model's optimizer state with "
+            "torch.distributed.checkpoint.state_dict.set_state_dict, which shards a full state dict "
+            "(StateDictOptions(full_state_dict=True)) and reshards a sharded one"
+        )
 
 
 def _check_frame_tensor(p: Tensor) -> None:

@@ -191,6 +191,18 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         except ValueError as e:
             out["placement_error"] = str(e)
 
+        # An unsharded optimizer's state_dict loaded as it is into the sharded optimizer.
+        plain = _model(4)
+        plain_opt = _optimizer(plain)
+        _train(plain, plain_opt, range(1))
+        model = _sharded(4)
+        opt = _optimizer(model)
+        _train(model, opt, range(1), rank, WORLD_SIZE)
+        try:
+            opt.load_state_dict(plain_opt.state_dict())
+        except ValueError as e:
+            out["load_plain_error"] = str(e)
+
         # A non-finite gradient in rank 1's shard only.
         model = _sharded(4)
         opt = _optimizer(model)
@@ -304,6 +316,12 @@ def test_a_placement_that_splits_frames_is_refused_on_every_rank(runs):
         print(message)
         for part in ("parameter 0 of param group 0 ('frames')", "(4, 12, 4)", "Shard(dim=1)", "Shard(0)"):
             assert part in message
+
+
+def test_an_unsharded_state_dict_is_refused_by_a_sharded_optimizer(runs):
+    for rank in runs["ranks"]:
+        message = rank.get("load_plain_error", "")
+        assert "a plain tensor" in message and "Shard(dim=0)" in message and "set_state_dict" in message
 
 
 def test_a_non_finite_gradient_on_one_rank_raises_on_every_rank(runs):
