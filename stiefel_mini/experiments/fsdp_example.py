@@ -21,9 +21,11 @@ runs 2-rank CPU trainings beside unsharded ones and reports how far apart they e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import tempfile
+import warnings
 from datetime import timedelta
 from typing import Any, Sequence
 
@@ -106,7 +108,8 @@ def save_checkpoint(path: str, model: nn.Module, opt: torch.optim.Optimizer, ste
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_sd, optim_sd = get_state_dict(model, opt)
-    dcp.save({"model": model_sd, "optim": optim_sd, "step": torch.tensor(step)}, checkpoint_id=path)
+    with _one_process_is_intended():
+        dcp.save({"model": model_sd, "optim": optim_sd, "step": torch.tensor(step)}, checkpoint_id=path)
 
 
 def load_checkpoint(path: str, model: nn.Module, opt: torch.optim.Optimizer) -> int:
@@ -117,9 +120,20 @@ def load_checkpoint(path: str, model: nn.Module, opt: torch.optim.Optimizer) -> 
     # get_state_dict gives the layout to load into (on a fresh optimizer it first creates the state).
     model_sd, optim_sd = get_state_dict(model, opt)
     state = {"model": model_sd, "optim": optim_sd, "step": torch.tensor(0)}
-    dcp.load(state, checkpoint_id=path)
+    with _one_process_is_intended():
+        dcp.load(state, checkpoint_id=path)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     return int(state["step"])
+
+
+@contextlib.contextmanager
+def _one_process_is_intended():
+    """Without a process group, ``torch.distributed.checkpoint`` warns that it assumes a single
+    process; here that is the intent (a checkpoint written or read at world size 1)."""
+    with warnings.catch_warnings():
+        if not dist.is_initialized():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def full_parameters(model: nn.Module) -> dict[str, torch.Tensor]:
