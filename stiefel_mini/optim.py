@@ -366,6 +366,13 @@ class StiefelAdam(torch.optim.Optimizer):
     every step lands on the manifold by construction. Frames stored in bf16 / fp16 are updated in
     float32 and cast back; their optimizer state is kept in float32.
 
+    Sharded frames (FSDP2's ``fully_shard``, or any DTensor) must be split between whole frames,
+    on a leading dimension (``Shard(0)`` of ``(n_heads, d_model, d_head)``: heads): each rank then
+    updates the frames it holds, with no communication, and keeps their state as DTensors placed as
+    they are, so ``torch.distributed.checkpoint`` saves and reshards it. A placement that splits
+    the last two dimensions raises ``ValueError``; the checks that can refuse a step are reduced
+    over the device mesh, so that every rank raises or none does.
+
     Args:
         params: parameters or param groups (dicts); frame groups carry ``stiefel=True``. A group
             may set any argument below; any other key except ``params``, ``param_names``,

@@ -22,9 +22,13 @@ would break this (Adam scales rounding noise up to a step of size ``lr``), so th
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
@@ -341,3 +345,23 @@ def test_the_example_trains_sharded_and_resumes_at_1_rank(runs):
     assert resumed["world_size"] == 1 and len(resumed["losses"]) == 2  # steps 3 and 4, from the checkpoint
     # The same global batches: the resumed run's last losses are the uninterrupted run's.
     assert resumed["losses"] == pytest.approx(unsharded["losses"][3:], abs=1e-5)
+
+
+def test_the_benchmark_runs_under_torchrun_and_writes_its_table(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    out_file = tmp_path / "fsdp_step.json"
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         str(root / "benchmarks" / "fsdp_step.py"), "--widths", "32", "--depth", "1", "--rounds", "2",
+         "--steps", "1", "--threads", "1", "--out", str(out_file)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| 32 |")]
+    assert [row.split("|")[3].strip() for row in rows] == ["frame rule", "StiefelAdam", "AdamW", "its check alone"] * 2
+    record = json.loads(out_file.read_text())
+    assert record["settings"]["world_size"] == 2 and record["provenance"]["git_commit"]
+    (timing,) = record["timing"]
+    assert len(timing["seconds_per_step"]) == 2
+    assert all(len(t) == 2 and min(t) > 0 for rank in timing["seconds_per_step"] for t in rank.values())
