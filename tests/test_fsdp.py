@@ -22,6 +22,7 @@ would break this (Adam scales rounding noise up to a step of size ``lr``), so th
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import socket
@@ -43,9 +44,12 @@ from stiefel_mini.mha import StiefelMultiheadAttention
 from stiefel_mini.optim import StiefelAdam
 from stiefel_mini.vit import Block
 
-pytestmark = pytest.mark.skipif(
-    not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is not available"
-)
+pytestmark = [
+    pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                       reason="torch.distributed with gloo is not available"),
+    # The unsharded runs read and write checkpoints in one process, as intended.
+    pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning"),
+]
 
 WORLD_SIZE, STEPS, RESUME_AT, BATCH = 2, 6, 3, 8
 HEADS = (4, 3)
@@ -206,6 +210,26 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
             opt.load_state_dict(plain_opt.state_dict())
         except ValueError as e:
             out["load_plain_error"] = str(e)
+        # ... and through set_state_dict, which shards it (a copy: this process still trains plain's).
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+        full = StateDictOptions(full_state_dict=True)
+        model_sd, optim_sd = copy.deepcopy(get_state_dict(plain, plain_opt, options=full))
+        set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd, options=full)
+        _train(plain, plain_opt, range(1, 3))
+        _train(model, opt, range(1, 3), rank, WORLD_SIZE)
+        out["full_state_dict_diff"] = _max_diff(_snapshot(model, opt), _snapshot(plain, plain_opt))
+
+        # A frame off the manifold in rank 1's shard only, at the first step.
+        model = _sharded(4)
+        opt = _optimizer(model)
+        if rank == 1:
+            with torch.no_grad():
+                model.block.attn.w_k.to_local()[0].mul_(1.1)
+        try:
+            _train(model, opt, range(1), rank, WORLD_SIZE)
+        except ValueError as e:
+            out["off_manifold_error"] = str(e)
 
         # A non-finite gradient in rank 1's shard only.
         model = _sharded(4)
@@ -322,10 +346,17 @@ def test_a_placement_that_splits_frames_is_refused_on_every_rank(runs):
             assert part in message
 
 
-def test_an_unsharded_state_dict_is_refused_by_a_sharded_optimizer(runs):
+def test_an_unsharded_state_dict_is_refused_as_it_is_and_sharded_by_set_state_dict(runs):
     for rank in runs["ranks"]:
         message = rank.get("load_plain_error", "")
         assert "a plain tensor" in message and "Shard(dim=0)" in message and "set_state_dict" in message
+        print(f"set_state_dict(full_state_dict=True), 2 more steps: max diff {rank['full_state_dict_diff']:.1e}")
+        assert rank["full_state_dict_diff"] <= ATOL
+
+
+def test_a_frame_off_the_manifold_on_one_rank_raises_on_every_rank(runs):
+    for rank in runs["ranks"]:
+        assert "is not on the Stiefel manifold" in rank.get("off_manifold_error", "")
 
 
 def test_a_non_finite_gradient_on_one_rank_raises_on_every_rank(runs):
