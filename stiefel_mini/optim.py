@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from torch.optim.adam import adam as _adam_functional
 
+from . import _distributed as _dt
 from .geometry import (
     RETRACTIONS,
     SERIES_BOUND,
@@ -285,7 +286,9 @@ def frame_update_checked(
 
 
 def _to_tall(t: Tensor, wide: bool) -> Tensor:
-    """View a per-parameter tensor ``(..., r, c)`` as a batch in tall layout ``(B, max, min)``."""
+    """View a per-parameter tensor ``(..., r, c)`` as a batch in tall layout ``(B, max, min)``; of a
+    DTensor, this rank's shard."""
+    t = _dt.local(t)
     t = t.mT if wide else t
     return t.reshape(-1, *t.shape[-2:])
 
@@ -363,6 +366,13 @@ class StiefelAdam(torch.optim.Optimizer):
     every step lands on the manifold by construction. Frames stored in bf16 / fp16 are updated in
     float32 and cast back; their optimizer state is kept in float32.
 
+    Sharded frames (FSDP2's ``fully_shard``, or any DTensor) must be split between whole frames,
+    on a leading dimension (``Shard(0)`` of ``(n_heads, d_model, d_head)``: heads): each rank then
+    updates the frames it holds, with no communication, and keeps their state as DTensors placed as
+    they are, so ``torch.distributed.checkpoint`` saves and reshards it. A placement that splits
+    the last two dimensions raises ``ValueError``; the checks that can refuse a step are reduced
+    over the device mesh, so that every rank raises or none does.
+
     Args:
         params: parameters or param groups (dicts); frame groups carry ``stiefel=True``. A group
             may set any argument below; any other key except ``params``, ``param_names``,
@@ -437,8 +447,10 @@ class StiefelAdam(torch.optim.Optimizer):
         if not isinstance(params, (Tensor, set)):  # torch.optim.Optimizer rejects sets itself
             param_group = {**param_group, "params": list(params)}  # a generator is read once
         if merged["stiefel"]:
-            for p in [params] if isinstance(params, Tensor) else param_group["params"]:
+            for j, p in enumerate([params] if isinstance(params, Tensor) else param_group["params"]):
+                name, p = p if isinstance(p, tuple) else (None, p)  # named parameters: (name, tensor)
                 _check_frame_tensor(p)
+                _dt.check_frame_placement(p, _frame_name(len(self.param_groups), param_group, j, p, name))
         super().add_param_group(param_group)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -475,6 +487,7 @@ class StiefelAdam(torch.optim.Optimizer):
                         "another optimizer or with another second_moment; load it into that, or drop "
                         "this parameter's entry from state_dict['state'] to start its moments afresh"
                     )
+                _check_state_placement(p, saved[pid]["exp_avg_sq"])
         super().load_state_dict(state_dict)
         for pid, p, own in pairs:
             if own["stiefel"] and pid in saved:
@@ -488,19 +501,34 @@ class StiefelAdam(torch.optim.Optimizer):
         The frame updates are computed first and checked together (one host synchronisation per
         step): if a frame's gradient is not finite, or its retraction refuses the step,
         ``ValueError`` names the parameter and its group, and no parameter and no state has changed.
+
+        Frames that are DTensors (FSDP2) are updated on each rank's shard, whole frames only, with
+        no communication; the check is then reduced over their device mesh, so that every rank
+        takes the step or every rank raises.
         """
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        mesh = _dt.mesh_of(
+            [p for g in self.param_groups if g["stiefel"] for p in g["params"] if p.grad is not None]
+        )
         updates = [
             u
             for i, group in enumerate(self.param_groups)
             if group["stiefel"]
-            for u in self._frame_updates(i, group)
+            for u in self._frame_updates(i, group, mesh)
         ]
-        if updates and not bool(torch.cat([u.ok for u in updates]).all()):
-            raise _diagnose(next(u for u in updates if not bool(u.ok.all())))
+        ok = torch.cat([u.ok for u in updates]).all() if updates else torch.tensor(True)
+        if not _dt.all_true(ok, mesh):
+            bad = next((u for u in updates if not bool(u.ok.all())), None)
+            if bad is None:
+                raise ValueError(
+                    "StiefelAdam refused a frame's step on another rank of the device mesh (a "
+                    "non-finite gradient, or a step the retraction cannot take; that rank's error "
+                    "says which); no parameter or state was changed on any rank"
+                )
+            raise _diagnose(bad)
         for u in updates:
             u.commit()
         for group in self.param_groups:
@@ -548,7 +576,7 @@ class StiefelAdam(torch.optim.Optimizer):
             maximize=False,
         )
 
-    def _frame_updates(self, index: int, group: dict[str, Any]) -> list[_BucketUpdate]:
+    def _frame_updates(self, index: int, group: dict[str, Any], mesh) -> list[_BucketUpdate]:
         # Frames of one tall shape are stacked into one batch so that each formula is one call.
         buckets: dict[tuple, list[Tensor]] = defaultdict(list)
         for p in group["params"]:
@@ -564,7 +592,9 @@ class StiefelAdam(torch.optim.Optimizer):
                 continue  # no frames in it (a zero batch size): nothing to update, no state
             state = self.state[p]
             if len(state) == 0:
-                _init_frame_state(state, p, group["second_moment"])
+                # A DTensor's shard may hold no frame (more ranks than heads); it still has state
+                # and a step count, as the other ranks do.
+                _init_frame_state(state, p, group["second_moment"], mesh if _dt.is_dtensor(p) else None)
             buckets[(*sorted(p.shape[-2:]), p.device, p.dtype)].append(p)
         return [self._bucket_update(index, group, ps) for ps in buckets.values()]
 
@@ -580,7 +610,7 @@ class StiefelAdam(torch.optim.Optimizer):
             step = step.to(ps[0].device).view(-1, 1, 1)
         W_new, _, _, ok = frame_update_checked(
             bucket.gather(ps, bucket.W),  # (B, n, k)
-            bucket.gather([p.grad for p in ps], bucket.G),  # (B, n, k)
+            bucket.gather([p.grad for p in ps], bucket.G),  # (B, n, k), this rank's shards
             bucket.m[bucket.current],  # (B, n, k)
             bucket.v[bucket.current],  # (B, 1, 1), (B, 1, k) or (B, n, k)
             step,
@@ -623,7 +653,7 @@ class _Bucket:
     def __init__(self, ps: list[Tensor], states: list[dict[str, Any]]) -> None:
         self.ps = list(ps)
         self.wides = [is_wide(p) for p in ps]
-        self.counts = [p.shape[:-2].numel() for p in ps]
+        self.counts = [_dt.local(p).shape[:-2].numel() for p in ps]
         self.W = torch.cat([_to_tall(p.detach(), w) for p, w in zip(ps, self.wides)])  # (B, n, k)
         self.G = torch.empty_like(self.W)
         m = torch.cat([_to_tall(s["exp_avg"], w) for s, w in zip(states, self.wides)])  # (B, n, k)
@@ -639,11 +669,14 @@ class _Bucket:
         self.attach(states, 0)
 
     def _views(self, i: int) -> list[tuple[Tensor, Tensor]]:
-        """Per parameter, ``(exp_avg, exp_avg_sq)`` in the parameter's layout, viewing pair ``i``."""
-        return [
-            (_view_from_tall(mi, p.shape, w), _view_from_tall(vi, _v_state_shape_of(vi, p, w), w))
-            for p, w, mi, vi in zip(self.ps, self.wides, self.m[i].split(self.counts), self.v[i].split(self.counts))
-        ]
+        """Per parameter, ``(exp_avg, exp_avg_sq)`` in the parameter's layout, viewing pair ``i``
+        (for a DTensor parameter, DTensors placed as it is whose shards are these views)."""
+        views = []
+        for p, w, mi, vi in zip(self.ps, self.wides, self.m[i].split(self.counts), self.v[i].split(self.counts)):
+            shard = _dt.local(p)
+            m, v = _view_from_tall(mi, shard.shape, w), _view_from_tall(vi, _v_state_shape_of(vi, shard, w), w)
+            views.append((_dt.like(m, p, p.shape), _dt.like(v, p, _v_state_shape_of(vi, p, w))))
+        return views
 
     def attach(self, states: list[dict[str, Any]], i: int) -> None:
         """Make pair ``i`` the state: each parameter's ``exp_avg`` / ``exp_avg_sq`` become its views."""
@@ -679,7 +712,8 @@ class _BucketUpdate:
 
     def commit(self) -> None:
         for p, w, Wi in zip(self.ps, self.bucket.wides, self.W_new.split(self.counts)):
-            p.copy_(_from_tall(Wi, p.shape, w))
+            shard = _dt.local(p)
+            shard.copy_(_from_tall(Wi, shard.shape, w))
         self.bucket.attach(self.states, 1 - self.bucket.current)
         for s in self.states:
             s["step"] += 1
@@ -691,7 +725,9 @@ def _diagnose(u: _BucketUpdate) -> ValueError:
         if bool(ok.all()):
             continue
         where = f"a frame of shape {tuple(p.shape)} in param group {u.group_index}"
-        if not bool(torch.isfinite(p.grad).all()):
+        if _dt.is_dtensor(p):
+            where += " (in this rank's shard; no rank takes this step)"
+        if not bool(torch.isfinite(_dt.local(p.grad)).all()):
             return ValueError(
                 f"{where} has a non-finite gradient (NaN or inf); no parameter or state was changed. "
                 "Find where it comes from (e.g. with torch.autograd.detect_anomaly), or skip the "
@@ -704,6 +740,14 @@ def _diagnose(u: _BucketUpdate) -> ValueError:
             "stiefel_mini.geometry.project, or use a smaller lr or max_step"
         )
     raise AssertionError("_diagnose called on a bucket whose frames were all accepted")
+
+
+def _frame_name(index: int, group: dict[str, Any], j: int, p: Tensor, name: str | None) -> str:
+    """How errors name the ``j``-th parameter of param group ``index``: its name (given as a
+    ``(name, tensor)`` pair), its position, its group's ``name`` and its shape."""
+    what = f"{name!r}, " if name else ""
+    label = f" ({group['name']!r})" if "name" in group else ""
+    return f"the frame {what}parameter {j} of param group {index}{label}, of shape {tuple(p.shape)},"
 
 
 def _v_shape(mode: str, n: int, k: int) -> tuple[int, int]:
@@ -729,11 +773,17 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
-def _init_frame_state(state: dict[str, Any], p: Tensor, mode: str) -> None:
+def _init_frame_state(state: dict[str, Any], p: Tensor, mode: str, mesh=None) -> None:
+    """Zero state for the frame ``p``, after checking it is on the manifold; for a DTensor ``p``
+    the check is over all ranks of ``mesh`` (a collective) and the state is placed as ``p``."""
     dtype = _compute_dtype(p.dtype)
-    W = p.detach().to(dtype)
+    shard = _dt.local(p)
+    W = shard.detach().to(dtype)
     Wt = W.mT if is_wide(p) else W
-    gram_err = (Wt.mT @ Wt - torch.eye(Wt.shape[-1], dtype=dtype, device=p.device)).abs().max().item()
+    gram_err = 0.0
+    if W.numel():
+        gram_err = (Wt.mT @ Wt - torch.eye(Wt.shape[-1], dtype=dtype, device=W.device)).abs().max().item()
+    gram_err = _dt.max_over(gram_err, mesh)
     tol = max(1e-4, 10 * torch.finfo(p.dtype).eps)
     if not gram_err <= tol:
         raise ValueError(
@@ -743,8 +793,24 @@ def _init_frame_state(state: dict[str, Any], p: Tensor, mode: str) -> None:
             "stiefel_mini.geometry.project before the first step"
         )
     state["step"] = torch.tensor(0.0, dtype=torch.float32)
-    state["exp_avg"] = torch.zeros(p.shape, dtype=dtype, device=p.device)
-    state["exp_avg_sq"] = torch.zeros(_v_state_shape(p, mode), dtype=torch.float64, device=p.device)
+    state["exp_avg"] = _dt.like(torch.zeros(shard.shape, dtype=dtype, device=W.device), p, p.shape)
+    v = torch.zeros(_v_state_shape(shard, mode), dtype=torch.float64, device=W.device)
+    state["exp_avg_sq"] = _dt.like(v, p, _v_state_shape(p, mode))
+
+
+def _check_state_placement(p: Tensor, saved: Tensor) -> None:
+    """``ValueError`` unless a frame's saved state is sharded as the frame is (both plain, or both
+    DTensors with the same placements): the frame rule pairs each shard with its own moments."""
+    ours, theirs = (tuple(t.placements) if _dt.is_dtensor(t) else None for t in (p, saved))
+    if ours != theirs:
+        def layout(x):
+            return "a plain tensor" if x is None else f"a DTensor with placements {x}"
+        raise ValueError(
+            f"a frame of shape {tuple(p.shape)} is {layout(ours)}, but its saved state is {layout(theirs)}; "
+            "load a sharded model's optimizer state with "
+            "torch.distributed.checkpoint.state_dict.set_state_dict, which shards a full state dict "
+            "(StateDictOptions(full_state_dict=True)) and reshards a sharded one"
+        )
 
 
 def _check_frame_tensor(p: Tensor) -> None:
