@@ -544,6 +544,33 @@ def _mean(xs: list) -> float | None:
     return float(np.mean(xs)) if xs else None
 
 
+def merge_results(results: Sequence[dict]) -> dict:
+    """One sweep payload from sweeps of the same settings run in parallel into separate files.
+
+    The runs are concatenated in order (a run whose :func:`run_key` is in several files raises
+    ``ValueError``) and the summary recomputed; ``provenance`` and ``repro`` are the first file's, and
+    every other file's provenance, with the earlier invocations of each, go to
+    ``provenance_previous``. Files of other settings raise ``ValueError`` naming the fields.
+    """
+    if not results:
+        raise ValueError("merge_results needs at least one results payload")
+    first = results[0]
+    runs, seen, previous = [], set(), list(first.get("provenance_previous", []))
+    for res in results:
+        if res["settings"] != first["settings"]:
+            changed = sorted(k for k in set(res["settings"]) | set(first["settings"])
+                             if res["settings"].get(k) != first["settings"].get(k))
+            raise ValueError(f"results of other settings cannot be merged (fields {changed})")
+        for h in res["runs"]:
+            if run_key(h) in seen:
+                raise ValueError(f"run {run_key(h)} is in more than one file")
+            seen.add(run_key(h))
+            runs.append(h)
+        if res is not first:
+            previous += [*res.get("provenance_previous", []), res["provenance"]]
+    return {**first, "runs": runs, "summary": summary_table(runs), "provenance_previous": previous}
+
+
 def summary_table(runs: list[dict], baseline: str = "A0") -> list[dict]:
     """One row per (train fraction, arm, lr, frame lr): accuracy, paired difference to ``baseline``.
 

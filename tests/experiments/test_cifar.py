@@ -270,6 +270,21 @@ def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
         cifar.sweep(dataclasses.replace(cfg, steps=7))
 
 
+def test_parallel_sweeps_merge_into_one_file(tiny_root, tmp_path):
+    cfg = r2_cfg(tiny_root, arms=("A0", "A1"), train_fractions=(1.0,), lrs=(), frame_lrs=())
+    a = cifar.sweep(dataclasses.replace(cfg, seeds=(0,), out=str(tmp_path / "a.json")))
+    b = cifar.sweep(dataclasses.replace(cfg, seeds=(1,), out=str(tmp_path / "b.json")))
+    merged = cifar.merge_results([a, b])
+    assert [(r["seed"], r["arm"]) for r in merged["runs"]] == [(0, "A0"), (0, "A1"), (1, "A0"), (1, "A1")]
+    assert merged["repro"] == a["repro"] and merged["provenance_previous"] == [b["provenance"]]
+    assert merged["summary"] == cifar.summary_table(merged["runs"])
+    with pytest.raises(ValueError, match="more than one file"):
+        cifar.merge_results([a, a])
+    other = cifar.sweep(dataclasses.replace(cfg, seeds=(1,), steps=7, out=str(tmp_path / "c.json")))
+    with pytest.raises(ValueError, match="fields \\['steps'\\]"):
+        cifar.merge_results([a, other])
+
+
 def test_trust_cap_binds_at_large_frame_lr(tiny_root):
     h = cifar.run(r2_cfg(tiny_root, arm="A1", frame_lr=100.0, steps=4))
     n_frames = 2 * cifar.build_model(PRESETS["r2_tiny"], "A1").attention_modules()[0].n_heads  # Q and K per head
