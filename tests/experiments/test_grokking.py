@@ -30,7 +30,10 @@ PROFILE = Path(__file__).resolve().parents[2] / "results" / "repro_profile.json"
 # reproduction run catches it. Later the dynamics amplify rounding (the loss
 # spreads by 3e-3 after 20 updates, 3e-2 after 100, where lr x 1.1 moves it by 0.18 and 0.07), so the
 # stored 100-step runs are compared before any update (START_RTOL), after 20 updates (STEP20_RTOL,
-# 10x the kernels' spread) and in accuracy (the kernels: <= 0.0045) up to the profile's horizon.
+# 10x the kernels' spread) and in accuracy at the start and at the profile's horizon (the kernels:
+# <= 0.0045). Accuracies in between are not compared: while the training accuracy climbs (steps
+# 20-40), a shift of the curve by a step moves it by several points (0.034 under
+# ATEN_CPU_CAPABILITY=avx2 for r2_wd.json's decay-3 run).
 EARLY_UPDATES, EARLY_RTOL = 3, 1e-4
 START_RTOL = 1e-5
 STEP20_RTOL = 3e-2
@@ -53,7 +56,7 @@ def _assert_reproduces(again: dict, stored: dict, label: str) -> None:
         for key in ("train_loss", "val_loss", "max_logit") if rtol is not None else ():
             assert math.isclose(again[key][j], stored[key][i], rel_tol=rtol), (label, key, s, again[key][j],
                                                                                stored[key][i])
-        for key in ("train_acc", "val_acc"):
+        for key in ("train_acc", "val_acc") if s in (0, steps[-1]) else ():
             assert abs(again[key][j] - stored[key][i]) <= ACC_ATOL, (label, key, s)
 
 
