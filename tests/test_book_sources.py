@@ -80,6 +80,25 @@ def test_visible_code_lines_fit_the_page(path):
     )
 
 
+# At 1280 px the column holds about 85 characters of code (the browser checks measure it); the
+# experiment chapters, written for it, keep their visible code within 84.
+EXPERIMENT_CODE_LINE = 84
+
+
+@pytest.mark.parametrize("name", ["grokking", "cifar"])
+def test_visible_code_of_the_experiment_chapters_fits_the_column(name):
+    nb = json.loads((BOOK / f"{name}.ipynb").read_text())
+    long = [
+        (i, len(line))
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code"
+        and not HIDDEN_INPUT_TAGS & set(c.get("metadata", {}).get("tags", []))
+        for line in "".join(c["source"]).splitlines()
+        if len(line) > EXPERIMENT_CODE_LINE
+    ]
+    assert not long, f"{name}: (cell, width) of visible code over {EXPERIMENT_CODE_LINE} characters: {long}"
+
+
 # Parts I-III: the chapters that teach the geometry and the module, and the experiments.
 EXPERIMENT_CHAPTERS = ["grokking", "cifar"]
 TEXTBOOK_CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay",

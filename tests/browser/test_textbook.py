@@ -100,9 +100,11 @@ EXPERIMENT_JS = r"""() => {
     const art = document.querySelector('article.bd-article');
     const made = Array.from(art.querySelectorAll('details.how-made'));
     const clone = art.cloneNode(true);
-    clone.querySelectorAll('details').forEach(d => d.remove());
+    // Collapsed blocks are not read; the evidence tables' regime labels belong to the evidence layer.
+    clone.querySelectorAll('details, table.evidence-table').forEach(d => d.remove());
+    // What a reader sees without opening anything: code and output not inside a closed toggle.
     const blocks = Array.from(art.querySelectorAll('div.highlight pre, div.cell_output pre'))
-        .filter(p => p.offsetParent !== null);
+        .filter(p => p.offsetParent !== null && p.innerText.trim());
     return {
         made: made.length,
         closed: made.every(d => !d.open),
