@@ -12,8 +12,11 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-TEXTBOOK_PAGES = [f"book/{name}.html" for name in
+# Parts I-II have numbered equations; Part III (the experiments) has the same structure around its studies.
+EQUATION_PAGES = [f"book/{name}.html" for name in
                   ("stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay")]
+EXPERIMENT_PAGES = [f"book/{name}.html" for name in ("grokking", "cifar")]
+TEXTBOOK_PAGES = EQUATION_PAGES + EXPERIMENT_PAGES
 
 STRUCTURE_JS = r"""() => {
     const art = document.querySelector('article.bd-article');
@@ -84,9 +87,41 @@ NUMBERED_MATH_JS = r"""() => Array.from(document.querySelectorAll('div.math')).f
 
 
 @pytest.mark.parametrize("width", [1280, 400])
-@pytest.mark.parametrize("page", TEXTBOOK_PAGES)
+@pytest.mark.parametrize("page", EQUATION_PAGES)
 def test_equation_numbers_stay_clear_of_the_equation(visit, page, width):
     eqs = visit(page, width).page.evaluate(NUMBERED_MATH_JS)
     assert eqs, f"{page}: no numbered equations found"
     bad = [e for e in eqs if e["overlap"] or (e["scrolls"] and e["share"] < 0.95)]
     assert not bad, f"{page} at {width} px: equation content behind or squeezed by its number: {bad}"
+
+
+# Part III: provenance collapsed, no process words in the visible text, code that fits the column.
+EXPERIMENT_JS = r"""() => {
+    const art = document.querySelector('article.bd-article');
+    const made = Array.from(art.querySelectorAll('details.how-made'));
+    const clone = art.cloneNode(true);
+    // Collapsed blocks are not read; the evidence tables' regime labels belong to the evidence layer.
+    clone.querySelectorAll('details, table.evidence-table').forEach(d => d.remove());
+    // What a reader sees without opening anything: code and output not inside a closed toggle.
+    const blocks = Array.from(art.querySelectorAll('div.highlight pre, div.cell_output pre'))
+        .filter(p => p.offsetParent !== null && p.innerText.trim());
+    return {
+        made: made.length,
+        closed: made.every(d => !d.open),
+        text: clone.innerText,
+        blocks: blocks.length,
+        scrolling: blocks.filter(p => p.scrollWidth > p.clientWidth + 1).length,
+    };
+}"""
+
+
+@pytest.mark.parametrize("page", EXPERIMENT_PAGES)
+def test_experiment_chapter_collapses_provenance_and_fits_the_column(visit, page):
+    import re
+
+    s = visit(page, 1280).page.evaluate(EXPERIMENT_JS)
+    assert s["made"] >= 1 and s["closed"], f"{page}: provenance in closed 'How these numbers were made' blocks: {s['made']}"
+    words = re.findall(r"\b[Rr]ound \d\b|kept as history|git_dirty|\bissue \d+|\.\./shared|/work/", s["text"])
+    assert not words, f"{page}: process words in the visible text: {words}"
+    assert s["scrolling"] <= s["blocks"] / 10, \
+        f"{page}: {s['scrolling']} of {s['blocks']} code or output blocks scroll sideways at 1280 px"
