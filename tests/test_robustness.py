@@ -352,8 +352,9 @@ def test_frame_rule_compiles_fullgraph_inductor():
     # With ATen's kernels forced to the scalar path (ATEN_CPU_CAPABILITY=default), torch 2.14's
     # inductor still emits vectorised C++ that calls helpers the scalar headers lack
     # ("'transpose_mxn' was not declared"); scalar code generation (simdlen 1) matches that path.
-    # Caches off: inductor's cache key leaves ATEN_CPU_CAPABILITY out, and code compiled for one
-    # setting and loaded under another gave a wrong frame here (errors of 0.8).
+    # Caches off, so that each kernel setting compiles afresh: run after the other settings in one
+    # cache folder, the ATEN_CPU_CAPABILITY=avx2 run's compiled frame was off by 0.8, and with a
+    # fresh cache it matched eager to 1e-7.
     scalar = torch.backends.cpu.get_cpu_capability() == "DEFAULT"
     with inductor_config.patch({"force_disable_caches": True, **({"cpp.simdlen": 1} if scalar else {})}):
         _compile_check("inductor")
