@@ -118,7 +118,7 @@ LR_REGIME = "lr sweep, 15,000 images, 10 epochs, each arm at its best lr"
 SCL_REGIME = "fixed 2,000 steps"
 ABL_REGIME = "ablation at frame lr 0.03 (frames barely move), 15,000 images, 10 epochs"
 MECH_REGIME = "mechanism at frame lr 1.0, 15,000 images, 10 epochs"
-R1 = "round 1, shared lr 1e-3, 6 epochs (underfit)"
+R1 = "first study, shared lr 1e-3, 6 epochs (underfit)"
 GROK_LONG = ("grokking/r2_long.json",)
 GROK_REGIME = "p = 59, 8,000 steps, learned temperature"
 
@@ -155,7 +155,7 @@ CLAIMS: tuple[Claim, ...] = (
                                   "A0", "A1", select=_sel(train_fraction=f)) for f in (0.1, 0.3, 1.0)),
                      Comparison("A1 − A0", ABL_REGIME, ("cifar/r2_ablation.json",), "A0", "A1"),
                      _r1("A1 − A0", "A0", "A1", 0.1), _r1("A1 − A0", "A0", "A1", 0.3),
-                     Comparison("A1 − A0, 5,000 images", "round 1, 30 epochs", ("cifar/cpu_long.json",), "A0", "A1")),
+                     Comparison("A1 − A0, 5,000 images", "first study, 30 epochs", ("cifar/cpu_long.json",), "A0", "A1")),
           confirm=(8, 9, 10, 11), confirm_note="A0 and A1 on seeds 8-11 (12 paired starts, the paper's count)",
           scale_note="patch 8 (16 tokens) and a small model; the paper's patch 4 and model not run"),
     Claim("cifar_widens", "The gap to AdamW widens with more data", "widens", "cifar", "size",
@@ -192,11 +192,11 @@ CLAIMS: tuple[Claim, ...] = (
                                 ("grokking/r2_short.json",), "adamw", "stiefel_learned",
                                 metric="metrics.steps_to_val95", scale=1.0, unit="steps", higher_is_better=False,
                                 censored=True),
-                     Comparison("stiefel − adamw, steps to 95%", "round 1, fixed logit scale (flat attention), "
+                     Comparison("stiefel − adamw, steps to 95%", "first study, fixed logit scale (flat attention), "
                                 "1,800 steps", ("grokking/cpu.json",), "adamw", "stiefel",
                                 metric="metrics.steps_to_val95", scale=1.0, unit="steps", higher_is_better=False,
                                 censored=True),
-                     Comparison("frozen − adamw, steps to 95%", "round 1, fixed logit scale (flat attention), "
+                     Comparison("frozen − adamw, steps to 95%", "first study, fixed logit scale (flat attention), "
                                 "1,800 steps", ("grokking/cpu.json",), "adamw", "frozen",
                                 metric="metrics.steps_to_val95", scale=1.0, unit="steps", higher_is_better=False,
                                 censored=True)),
@@ -224,7 +224,7 @@ CLAIMS: tuple[Claim, ...] = (
           primaries=((Comparison("A1 − A3 (cost of freezing)", FIT_REGIME, FIT, "A3", "A1"),),),
           secondary=(Comparison("A3 − A0", FIT_REGIME, FIT, "A0", "A3"),
                      _r1("A1 − A3", "A3", "A1", 0.1), _r1("A1 − A3", "A3", "A1", 0.3),
-                     Comparison("A1 − A3, 5,000 images", "round 1, 30 epochs", ("cifar/cpu_long.json",), "A3", "A1")),
+                     Comparison("A1 − A3, 5,000 images", "first study, 30 epochs", ("cifar/cpu_long.json",), "A3", "A1")),
           confirm=(5, 6, 7), confirm_note="A3 and QK-norm on seeds 5-7 (8 paired seeds)"),
     Claim("mechanism", "The gain comes from the scale-free step, not the projector or equivariance",
           "the scale-free step", "cifar", "ingredients", what="",
