@@ -197,8 +197,9 @@ def test_intro_table_and_chapter_boxes_say_the_same(tmp_path):
 
 
 def sources(name: str) -> str:
+    """A chapter's code, less its exercise solutions (which call the library's tests to teach them)."""
     nb = nbformat.read(ROOT / "book" / f"{name}.ipynb", 4)
-    return "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "code" and not c.source.startswith("# Solution"))
 
 
 def test_chapters_render_their_boxes_from_the_evidence_layer_and_compute_no_statistics():
