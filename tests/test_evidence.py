@@ -91,6 +91,16 @@ def by_key(root: Path) -> dict:
     return {v["key"]: v for v in evidence.verdicts(root)}
 
 
+def test_seeds_to_resolve_extrapolates_the_win_rate_of_the_sign_test():
+    # 5 of 5 gives p = 0.0625, 6 of 6 gives 0.031: all wins need 6 pairs
+    assert evidence.compare.seeds_to_resolve(3, 0) == 6
+    # 7 of 8 wins: at N = 11, 9 of 11 gives p = 0.065; at N = 12, 10 of 12 gives 0.039
+    assert scipy.stats.binomtest(9, 11).pvalue > 0.05 >= scipy.stats.binomtest(10, 12).pvalue
+    assert evidence.compare.seeds_to_resolve(7, 1) == 12 == evidence.compare.seeds_to_resolve(1, 7)
+    assert evidence.compare.seeds_to_resolve(6, 0, alpha=0.05 / 6) == 8  # two-sided 8 of 8: 2^-7 = 0.0078 < 0.0083
+    assert evidence.compare.seeds_to_resolve(2, 2) is None and evidence.compare.seeds_to_resolve(0, 0) is None
+
+
 def test_verdict_words_follow_the_primary(tmp_path):
     fitted(tmp_path, 8, 5, gain=2.5, cost=1.9)
     v = by_key(tmp_path)
@@ -100,6 +110,7 @@ def test_verdict_words_follow_the_primary(tmp_path):
     free = v["freezing"]
     assert free["status"] == "not resolved"
     assert free["verdict"].startswith("not resolved: n = 5 cannot go below p = 0.0625 (freezing costs +1.8")
+    assert free["verdict"].endswith("at its win rate (5 of 5) about 6 untied paired seeds would resolve it")
     assert "no effect" not in free["verdict"]
     ratio = v["step_ratio"]
     assert ratio["status"] == "contradicted" and "0.25x" in ratio["verdict"] and "not 24-40x" in ratio["verdict"]

@@ -5,16 +5,17 @@ One layer computes every p-value and verdict that the book shows:
 - :mod:`stiefel_mini.evidence.compare`: :func:`paired` (one comparison, one row schema),
   :func:`correct` (Holm within a family, with Tarone's rule), :func:`ratio`;
 - :mod:`stiefel_mini.evidence.runs`: which runs of a results file a comparison pairs;
-- :mod:`stiefel_mini.evidence.claims`: the claims, each with its primary comparison declared in code,
-  and :func:`verdicts`;
+- :mod:`stiefel_mini.evidence.claims`: the claims, each with its primary comparison declared in code;
+- :mod:`stiefel_mini.evidence.judge`: a declared comparison computed from the files, and
+  :func:`verdicts`;
 - :mod:`stiefel_mini.evidence.tables`: the chapters' secondary tables (rows for lists of arm pairs);
 - :mod:`stiefel_mini.evidence.render`: the intro's table, the chapters' boxes and tables as HTML.
 
 ``python -m stiefel_mini.evidence`` prints the tables; ``--json`` prints the verdicts as data.
 """
 
-from stiefel_mini.evidence.claims import (CLAIMS, Claim, Comparison, as_data, claim, compute, effect_text, evaluate,
-                                         sure_text, verdicts)
+from stiefel_mini.evidence.claims import CLAIMS, Claim, Comparison, claim
+from stiefel_mini.evidence.judge import as_data, compute, effect_text, evaluate, sure_text, verdicts
 from stiefel_mini.evidence.compare import ALPHA, correct, paired, ratio
 from stiefel_mini.evidence.render import box_html, details_html, summary_html, table_html
 from stiefel_mini.evidence.tables import GROKKING_METRICS, accuracy_rows, grokking_rows

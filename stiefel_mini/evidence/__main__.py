@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from stiefel_mini.evidence.claims import as_data, effect_text, sure_text, verdicts
+from stiefel_mini.evidence.judge import as_data, effect_text, sure_text, verdicts
 
 
 def _line(r: dict, family: int) -> str:

@@ -31,11 +31,12 @@ import math
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
+import scipy.stats
 
 from stiefel_mini.experiments.stats import (holm_tarone, median_interval, paired_differences, sign_test,
                                             smallest_p, t_interval, values, wilcoxon_signed_rank)
 
-__all__ = ["paired", "correct", "ratio", "TESTS", "ALPHA"]
+__all__ = ["paired", "correct", "ratio", "seeds_to_resolve", "TESTS", "ALPHA"]
 
 ALPHA = 0.05
 """Family-wise error rate of every corrected test in the book."""
@@ -127,3 +128,22 @@ def ratio(num: Mapping[int, Any], den: Mapping[int, Any], value: Callable[[Any],
             lo, hi = t_interval(lr)
             out["ci"] = (math.exp(lo), math.exp(hi))
     return out
+
+
+def seeds_to_resolve(wins: int, losses: int, alpha: float = ALPHA, max_n: int = 1000) -> int | None:
+    """The fewest pairs at which the observed win rate would resolve the exact sign test at ``alpha``.
+
+    With ``q = max(wins, losses) / (wins + losses)`` held fixed, the smallest ``N`` with
+    ``binomtest(floor(q N), N, 1/2).pvalue <= alpha``: an extrapolation of the rate, not a power
+    calculation, that says how far a "not resolved" row is from resolving. ``None`` when the rate is
+    level (``q = 1/2``) or ``N`` would exceed ``max_n``. Ties are not counted.
+    """
+    n = wins + losses
+    if n == 0 or wins == losses:
+        return None
+    q = max(wins, losses) / n
+    for big_n in range(1, max_n + 1):
+        k = math.floor(q * big_n + 1e-9)
+        if scipy.stats.binomtest(k, big_n, 0.5).pvalue <= alpha:
+            return big_n
+    return None

@@ -1,6 +1,6 @@
 """The evidence as the book shows it: the intro's table, each chapter's box, the comparison tables.
 
-Every function here formats rows computed by :mod:`stiefel_mini.evidence.claims` and
+Every function here formats rows computed by :mod:`stiefel_mini.evidence.judge` and
 :mod:`stiefel_mini.evidence.compare`; none computes a number. The intro's one-screen table
 (:func:`summary_html`) and a chapter's box (:func:`box_html`) print the same ``verdict`` and
 ``sure`` strings of the same verdict dicts, so they cannot disagree. :func:`details_html` holds the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 from typing import Iterable
 
-from stiefel_mini.evidence.claims import effect_text, number_text, sure_text
+from stiefel_mini.evidence.judge import effect_text, number_text, sure_text
 
 __all__ = ["summary_html", "box_html", "details_html", "table_html", "ARM_CODES"]
 

@@ -1,0 +1,320 @@
+"""How a declared comparison is computed from the results files, and the verdict a claim gets.
+
+:func:`compute` pools the declared files, pairs the runs by seed and calls
+:func:`stiefel_mini.evidence.compare.paired` (or ``ratio``); :func:`evaluate` corrects a claim's primary family
+and words its verdict.
+
+Verdict words (:func:`verdicts`), from the primary:
+
+- ``reproduced``: resolved in the paper's direction, the paper's number inside the 95% t interval;
+- ``smaller effect`` / ``larger effect``: resolved in the paper's direction, the paper's number
+  above / below the interval ("+2.51 pp [+2.14, +2.89], not +8.98");
+- ``contradicted``: resolved against the claim, or a claimed small effect whose interval lies
+  above it ("freezing costs +1.87 pp [+0.64, +3.10], not 0.28");
+- ``not resolved``: either the test cannot reach the level at this n ("n = 5 cannot go below
+  p = 0.0625") or it can and did not; the numbers are given, and neither reads as "no effect";
+- ``partly reproduced`` (a bundle whose resolved parts agree with the claim while the rest is not
+  resolved), ``not tested yet`` (the file or its paired seeds are missing), and ``by construction``
+  for claims about the algorithm's definition. What a regime did not reach (the paper's scale) is
+  each claim's ``scale_note``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from stiefel_mini.evidence import compare, runs
+from stiefel_mini.evidence.claims import PAIRED_SETTINGS, CLAIMS, Claim, Comparison
+from stiefel_mini.experiments.stats import smallest_p
+
+__all__ = ["compute", "evaluate", "verdicts", "effect_text", "needed_text", "number_text", "sure_text", "as_data"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Computing a declared comparison from the files
+# ----------------------------------------------------------------------------------------------------
+
+
+def _pooled(files: tuple[str, ...], root: Path | None) -> tuple[list[dict], list[str]]:
+    """The runs of the files that exist, pooled, and the names of those files."""
+    out, present, first = [], [], None
+    for name in files:
+        res = runs.load(name, root)
+        if res is None:
+            continue
+        settings = res.get("settings") or res.get("base_config") or {}
+        if first is None:
+            first = settings
+        elif any(settings.get(k) != first.get(k) for k in PAIRED_SETTINGS):
+            diff = [k for k in PAIRED_SETTINGS if settings.get(k) != first.get(k)]
+            raise ValueError(f"{name} cannot be paired with {present[0]}: settings {diff} differ")
+        out += res["runs"]
+        present.append(name)
+    return out, present
+
+
+def _value(comp: Comparison):
+    if comp.metric.startswith("metrics."):
+        key = comp.metric.split(".", 1)[1]
+        raw = lambda r: r["metrics"].get(key)  # noqa: E731
+    else:
+        raw = lambda r: r.get(comp.metric)  # noqa: E731
+    return lambda r: None if raw(r) is None else comp.scale * raw(r)
+
+
+def _side(pool: list[dict], comp: Comparison, arm: str, extra: tuple) -> dict[int, dict]:
+    chosen = [r for r in pool if all(r.get(k) == v for k, v in comp.select + extra)]
+    if arm in comp.at_best:
+        return runs.at_best_lr([r for r in chosen if r["arm"] == arm], arm)[1]
+    return runs.by_seed(chosen, arm=arm)
+
+
+def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] | None = None) -> dict:
+    """The row of a declared comparison (:func:`stiefel_mini.evidence.compare.paired` or ``ratio``).
+
+    Adds ``files`` (those present) and ``declared`` (the label). ``seeds`` restricts the pairing to
+    those seeds (the confirmation of a primary).
+    """
+    pool, present = _pooled(comp.files, root)
+    if comp.of_gap is None:
+        a = _side(pool, comp, comp.a, comp.select_a)
+        b = _side(pool, comp, comp.b, comp.select_b)
+        value = _value(comp)
+    else:  # the per-seed gap b - a at the high selection against the low one
+        v = _value(comp)
+        gaps = []
+        for sel in comp.of_gap:
+            ra = runs.by_seed([r for r in pool if all(r.get(k) == x for k, x in sel)], arm=comp.a)
+            rb = runs.by_seed([r for r in pool if all(r.get(k) == x for k, x in sel)], arm=comp.b)
+            gaps.append({s: v(rb[s]) - v(ra[s]) for s in set(ra) & set(rb)})
+        a, b = gaps
+        value = float
+    if seeds is not None:
+        a = {s: r for s, r in a.items() if s in seeds}
+    if comp.ratio:
+        row = compare.ratio(a, b, lambda r: r[comp.metric], label=comp.label, regime=comp.regime)
+    else:
+        row = compare.paired(a, b, value, label=comp.label, regime=comp.regime, higher_is_better=comp.higher_is_better,
+                             censored=comp.censored, test=comp.test, unit=comp.unit)
+    row.update(files=present, declared_files=list(comp.files), ratio=comp.ratio, arm=comp.b, baseline=comp.a)
+    return row
+
+
+# ----------------------------------------------------------------------------------------------------
+# Verdicts
+# ----------------------------------------------------------------------------------------------------
+
+
+def number_text(x: float, unit: str) -> str:
+    """A signed difference for the tables: whole steps, else two decimals; ``+inf`` as ``never``."""
+    if math.isinf(x):  # a censored run on the side of the difference's sign
+        return "never" if x > 0 else "-never"
+    return f"{x:+,.0f}" if unit == "steps" else f"{x:+.2f}"
+
+
+def effect_text(row: dict, what: str = "") -> str:
+    """A comparison's size in words: ``"A1 − A0 +2.51 pp [+2.14, +2.89]"`` (or its censoring)."""
+    unit = row.get("unit", "")
+    head = f"{what} " if what else ""
+    if row.get("ratio"):
+        if row["gmean"] is None:
+            return head + "no paired seed"
+        ci = "" if row["ci"] is None else f" [{row['ci'][0]:.3g}, {row['ci'][1]:.3g}]"
+        return f"{head}{row['gmean']:.3g}x{ci}"
+    if row["n"] == 0:
+        return head + "no paired seed"
+    if row["mean"] is None:
+        med = number_text(row["median"], unit) + ("" if math.isinf(row["median"]) else f" {unit}")
+        return (f"{head}median {med}, {row['n_censored']} of {row['n']} pairs censored "
+                "(never reached), no mean")
+    ci = "" if row["ci"] is None else f" [{number_text(row['ci'][0], unit)}, {number_text(row['ci'][1], unit)}]"
+    return f"{head}{number_text(row['mean'], unit)} {unit}{ci}"
+
+
+def sure_text(row: dict, family: int) -> str:
+    """How sure: the test, its n, its p and the corrected p (or why it cannot reach the level)."""
+    if row.get("ratio"):
+        return f"95% t interval, {row['n']} seeds" if row["n"] >= 2 else f"{row['n']} seed(s)"
+    if row["n"] == 0:
+        return "no paired seed"
+    test = "exact sign test" if row["test"] == "sign" else "exact signed-rank test"
+    if not row["testable"]:
+        return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.3g}: too few seeds for 0.05"
+    corr = "" if family == 1 else f", Holm over {family}"
+    return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.2g}{corr}" + (
+        f" → {row['p_holm']:.2g}" if family > 1 else "")
+
+
+def n_text(row: dict) -> str:
+    """``"n = 5"``, or ``"n = 5 (2 tied)"`` when the test drops tied pairs."""
+    tied = row["n"] - row["n_test"]
+    return f"n = {row['n']}" + (f" ({tied} tied)" if tied else "")
+
+
+def needed_text(row: dict, family: int = 1) -> str:
+    """How many paired seeds the row's win rate would need to resolve (:func:`compare.seeds_to_resolve`).
+
+    ``family`` > 1 uses Holm's strictest level, ``alpha / family``.
+    """
+    if row.get("ratio") or row["n"] == 0:
+        return ""
+    n = compare.seeds_to_resolve(row["wins"], row["losses"], compare.ALPHA / family)
+    rate = f"{max(row['wins'], row['losses'])} of {row['wins'] + row['losses']}"
+    if n is None:
+        return f"; at its win rate ({rate}) no feasible number of seeds would resolve it"
+    return f"; at its win rate ({rate}) about {n} untied paired seeds would resolve it"
+
+
+def _not_resolved(row: dict, what: str) -> str:
+    if not row["testable"]:
+        return (f"not resolved: {n_text(row)} cannot go below p = {row['p_min']:.3g} ({effect_text(row, what)})"
+                + needed_text(row))
+    return f"not resolved: {effect_text(row, what)}, p = {row['p_holm']:.2g}" + needed_text(row)
+
+
+def _missing(row: dict) -> str:
+    """``"not tested yet: ..."``: which declared file is absent, or that it holds no paired seed."""
+    absent = [f for f in row["declared_files"] if f not in row["files"]]
+    if absent and not row["files"]:
+        return f"not tested yet: {', '.join(absent)} not run yet"
+    return f"not tested yet: no paired seed in {', '.join(row['files'])} yet"
+
+
+def _size_verdict(c: Claim, row: dict) -> tuple[str, str]:
+    if row["n"] == 0:
+        return "not tested yet", _missing(row)
+    if not row["resolved"]:
+        return "not resolved", _not_resolved(row, c.what)
+    lo, hi = row["ci"] if row["ci"] is not None else (row["mean"], row["mean"])
+    pv = c.paper_value
+    up = (row["mean"] if row["mean"] is not None else row["median"]) > 0
+    paper = "" if pv is None else f", not {pv:+.2f}" if c.kind == "size" else f", not {pv:g}"
+    if c.kind == "size":
+        if pv is None:  # a claimed direction: b better than a, in the metric's sense
+            return ("reproduced", f"reproduced: {effect_text(row, c.what)}") if row["wins"] > row["losses"] else \
+                ("contradicted", f"contradicted: {effect_text(row, c.what)}")
+        if up != (pv > 0):
+            return "contradicted", f"contradicted: {effect_text(row, c.what)}{paper}"
+        if lo <= pv <= hi:
+            return "reproduced", f"reproduced: {effect_text(row, c.what)}"
+        word = "smaller effect" if abs(hi) < abs(pv) else "larger effect"
+        return word, f"{word}: {effect_text(row, c.what)}{paper}"
+    # at_most: the claim is an effect no larger than the paper's
+    if hi < pv or lo <= pv <= hi:
+        return "reproduced", f"reproduced: {effect_text(row, c.what)}"
+    return "contradicted", f"contradicted: {effect_text(row, c.what)}{paper}"
+
+
+def _ratio_verdict(c: Claim, row: dict) -> tuple[str, str]:
+    lo_p, hi_p = c.paper_range
+    want = f"not {lo_p:g}-{hi_p:g}x"
+    if row["n"] < 2:
+        return "not tested yet", _missing(row) if row["n"] == 0 else f"not tested yet: {row['n']} paired seed"
+    lo, hi = row["ci"]
+    if lo >= lo_p and hi <= hi_p:
+        return "reproduced", f"reproduced: {effect_text(row, c.what)}"
+    if hi < lo_p or lo > hi_p:
+        return "contradicted", f"contradicted: {effect_text(row, c.what)}, {want}"
+    return "not resolved", f"not resolved: {effect_text(row, c.what)} overlaps {lo_p:g}-{hi_p:g}x"
+
+
+def _ingredients_verdict(c: Claim, rows: list[dict]) -> tuple[str, str]:
+    have = [r for r in rows if r["n"]]
+    if not have:
+        return "not tested yet", _missing(rows[0])
+    differ = [r for r in have if r["resolved"] and r["baseline"] in c.expect_zero]
+    step = [r for r in have if r["baseline"] not in c.expect_zero]
+    against = [r for r in step if r["resolved"] and r["mean"] is not None and r["mean"] < 0]
+    if differ or against:
+        r = min(differ + against, key=lambda r: r["p_holm"])
+        return "contradicted", f"contradicted: {effect_text(r, r['label'].split(' (')[0])}, resolved"
+    big = max(have, key=lambda r: abs(r["mean"] if r["mean"] is not None else 0.0))
+    largest = f"largest: {effect_text(big, big['label'].split(' (')[0])}"
+    if not any(r["testable"] for r in have):
+        n = max(r["n"] for r in have)
+        return "not resolved", (f"not resolved: n = {n} cannot go below p = {smallest_p(n):.3g} ({largest}"
+                                f"{needed_text(big, len(rows))})")
+    if step and all(r["resolved"] for r in step):
+        return "partly reproduced", ("partly reproduced: " + "; ".join(
+            effect_text(r, r["label"].split(" (")[0]) for r in step) + " resolved; the variants are not resolved "
+            "apart from A1, which does not show that they are equal")
+    return "not resolved", (f"not resolved: no comparison of the family resolved after correction ({largest}"
+                            f"{needed_text(big, len(rows))})")
+
+
+def evaluate(c: Claim, root: str | Path | None = None) -> dict:
+    """The verdict of claim ``c`` from the results under ``root`` (``None``: the committed files).
+
+    Returns ``{"key", "claim", "paper", "chapter", "anchor", "status", "verdict", "sure",
+    "primary": [rows], "secondary": [rows], "confirmation": {...}, "declared", "scale_note"}``; every row is a
+    :func:`compute` row, the primaries corrected as one family.
+    """
+    root = None if root is None else Path(root)
+    out: dict[str, Any] = {"key": c.key, "claim": c.claim, "paper": c.paper, "chapter": c.chapter,
+                           "anchor": c.anchor, "scale_note": c.scale_note, "primary": [], "secondary": [],
+                           "confirmation": None}
+    family: tuple[Comparison, ...] = ()
+    for option in c.primaries:
+        if runs.load(option[0].files[0], root) is not None:
+            family = option
+            break
+    if not family and c.primaries:
+        family = c.primaries[-1]
+    declared_first = bool(c.primaries) and family == c.primaries[0]
+    prim = [compute(comp, root) for comp in family]
+    compare.correct([r for r in prim if not r["ratio"]])
+    sec = [compute(comp, root) for comp in c.secondary]
+    shown = {(r["label"], r["regime"]) for r in prim}
+    out["primary"] = prim
+    out["secondary"] = [r for r in sec if r["n"] and (r["label"], r["regime"]) not in shown]
+    out["declared"] = "; ".join(f"{comp.label} ({comp.regime}, {', '.join(comp.files)}, "
+                                f"{'ratio' if comp.ratio else comp.test + ' test'})" for comp in family)
+    if c.kind == "design":
+        out.update(status="by construction", verdict=c.design, sure="by construction")
+        return out
+    if c.kind == "ratio":
+        status, verdict = _ratio_verdict(c, prim[0])
+    elif c.kind == "ingredients":
+        status, verdict = _ingredients_verdict(c, prim)
+    else:
+        status, verdict = _size_verdict(c, prim[0])
+    if c.kind == "ingredients":
+        n = max((r["n"] for r in prim), default=0)
+        k = sum(r["testable"] for r in prim)
+        out["sure"] = (f"{len(prim)} comparisons, at most {n} seed{'' if n == 1 else 's'}: " +
+                       (f"Holm over the {k} that can reach 0.05" if k else "none can reach 0.05"))
+    else:
+        out["sure"] = sure_text(prim[0], 1)
+    if not declared_first:
+        out["sure"] += f"; the declared study ({c.primaries[0][0].regime.split(',')[0]}) not run yet"
+    out.update(status=status, verdict=verdict)
+    if c.confirm and declared_first:
+        conf = [compute(comp, root, seeds=c.confirm) for comp in family]
+        present = sorted({s for r in conf for s in r["seeds"]})
+        out["confirmation"] = {"seeds": list(c.confirm), "present": present, "note": c.confirm_note,
+                               "rows": conf}
+    return out
+
+
+def verdicts(root: str | Path | None = None) -> list[dict]:
+    """Every claim's verdict (:func:`evaluate`), in the order of :data:`CLAIMS`."""
+    return [evaluate(c, root) for c in CLAIMS]
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with non-finite floats as strings, for strict JSON."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "inf" if x > 0 else "-inf" if x < 0 else "nan"
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def as_data(vs: list[dict]) -> list[dict]:
+    """The verdicts as JSON-ready data (non-finite numbers as strings): for ``--json``."""
+    return [_finite({k: v for k, v in c.items()}) for c in vs]
+
