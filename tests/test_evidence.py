@@ -142,11 +142,12 @@ def test_mechanism_takes_its_primary_from_the_frame_lr_1_study_when_present(tmp_
     assert m["status"] == "not resolved" and m["verdict"].startswith("not resolved: n = 3 cannot go below p = 0.25")
     assert m["sure"].endswith("the declared study (mechanism at frame lr 1.0) not run yet") and m["confirmation"] is None
     assert all("frame lr 0.03" in r["regime"] for r in m["primary"])
-    # the declared study, partial: A1 on one seed, paired only with r2_ablation's A5 (same setting)
-    write(tmp_path, "cifar/r3_mechanism.json", [cifar_run("A1", 0, 0.52, frac=0.3, lr=1e-3, frame_lr=1.0)],
-          {**abl, "frame_lr": 1.0})
+    # the declared study, partial: A1 and the no-projection rule on one seed; r2_ablation's A5 is not
+    # paired with it (A5 at frame lr 1.0's study comes from r3_polar only)
+    write(tmp_path, "cifar/r3_mechanism.json", [cifar_run(a, 0, 0.52, frac=0.3, lr=1e-3, frame_lr=1.0)
+                                                for a in ("A1", "stiefel_noproj")], {**abl, "frame_lr": 1.0})
     m = by_key(tmp_path)["mechanism"]
-    assert [r["n"] for r in m["primary"]] == [0, 0, 0, 0, 0, 1] and m["confirmation"]["present"] == [0]
+    assert [r["n"] for r in m["primary"]] == [0, 0, 0, 1, 0, 0] and m["confirmation"]["present"] == [0]
     assert m["verdict"].startswith("not resolved: n = 1 cannot go below p = 1")
     assert all("frame lr 1.0" in r["regime"] for r in m["primary"])
     # complete on 8 seeds, canonical projector clearly worse: contradicted
@@ -163,6 +164,26 @@ def test_mechanism_takes_its_primary_from_the_frame_lr_1_study_when_present(tmp_
     a5 = next(r for r in m["primary"] if r["baseline"] == "A5")
     assert a5["n"] == 8 and a5["testable"] and a5["mean"] < 0  # A5 at its best, 0.1, ahead of A1
     assert len(m["primary"]) == 6 and sum(r["testable"] for r in m["primary"]) >= 1
+
+
+def test_fixed_epoch_scaling_pairs_the_small_runs_with_the_fitted_ones(tmp_path):
+    fitted(tmp_path, 4, 0, gain=2.0, cost=0.0)
+    # A1's lead at 5,000 images: 1 point more than at 50,000 on every seed, known per seed
+    full = {r["seed"]: r for r in json.loads((tmp_path / "results/cifar/r2_fitted.json").read_text())["runs"]
+            if r["arm"] == "A1"}
+    base = {r["seed"]: r for r in json.loads((tmp_path / "results/cifar/r2_fitted.json").read_text())["runs"]
+            if r["arm"] == "A0"}
+    lead = {s: full[s]["test_acc"] - base[s]["test_acc"] for s in full}
+    small = [cifar_run("A0", s, 0.4, frac=0.1) for s in range(4)]
+    small += [cifar_run("A1", s, 0.4 + lead[s] + 0.01, frac=0.1, frame_lr=1.0) for s in range(4)]
+    write(tmp_path, "cifar/r3_epochs.json", small)
+    rows = {r["label"]: r for r in by_key(tmp_path)["cifar_widens"]["secondary"]}
+    gap = rows["(A1 − A0) at 50,000 − at 5,000 images"]
+    assert gap["n"] == 4 and gap["mean"] == pytest.approx(-1.0) and gap["losses"] == 4
+    assert "fixed 10 epochs" in gap["regime"]
+    gain = {(r["label"], r["regime"]): r for r in by_key(tmp_path)["cifar_gain"]["secondary"]}
+    five = gain[("A1 − A0, 5,000 images", evidence.claims.EPOCHS_REGIME)]
+    assert five["n"] == 4 and five["mean"] == pytest.approx(100 * np.mean(list(lead.values())) + 1.0)
 
 
 def test_files_that_cannot_be_paired_are_refused(tmp_path):
