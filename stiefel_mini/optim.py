@@ -11,16 +11,8 @@ from torch import Tensor
 from torch.optim.adam import adam as _adam_functional
 
 from . import _distributed as _dt
-from .geometry import (
-    RETRACTIONS,
-    SERIES_BOUND,
-    canonical_gradient,
-    is_wide,
-    polar_factor_checked,
-    project_tangent,
-    retract_checked,
-    sym,
-)
+from ._numerics import SERIES_BOUND, polar_or_nan, retract_or_nan
+from .geometry import RETRACTIONS, canonical_gradient, is_wide, project_tangent, sym
 
 __all__ = ["StiefelAdam", "stiefel_adam_frame_update", "SECOND_MOMENTS", "PROJECTORS"]
 
@@ -277,11 +269,11 @@ def frame_update_checked(
             reach = max_step**2 + (2 * max_step if projector == "none" else 0.0) + _FRAME_MARGIN
             if reach <= SERIES_BOUND:
                 bound = reach if dtype == store else SERIES_BOUND
-        W_new, ok = polar_factor_checked(
+        W_new, ok = polar_or_nan(
             W + S if M is None else M, bound, out=buf.get("frame"), work=buf.get("pp")
         )
     else:
-        W_new, ok = retract_checked(W, S, retraction)
+        W_new, ok = retract_or_nan(W, S, retraction)
     return W_new.to(store), m, v, ok & finite
 
 
