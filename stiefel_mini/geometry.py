@@ -309,8 +309,8 @@ def orthogonality_error(W: Tensor) -> Tensor:
 
 
 def __getattr__(name: str):
-    # Old code may still import polar_factor: it keeps working and warns, since the polar
-    # factor's one public name is project.
+    # Programs that import polar_factor keep working, with a warning: the polar factor's one
+    # public name is project.
     if name == "polar_factor":
         warnings.warn(
             "stiefel_mini.geometry.polar_factor is deprecated; use stiefel_mini.geometry.project "
