@@ -92,21 +92,9 @@ def polar_bound(max_step: float | None, projector: str, dtype: torch.dtype, stor
     return reach if dtype == store else SERIES_BOUND
 
 
-def default_frame_update(
-    W: Tensor,
-    G: Tensor,
-    exp_avg: Tensor,
-    exp_avg_sq: Tensor,
-    step: Tensor | float,
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    max_step: float | None,
-    retraction: str,
-    buffers: dict[str, Tensor],
-) -> tuple[Tensor, Tensor, Tensor]:
+def default_frame_update(W: Tensor, G: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: Tensor | float, *,
+                         lr: float, beta1: float, beta2: float, eps: float, max_step: float | None, retraction: str,
+                         buffers: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`~stiefel_mini.optim.stiefel_adam_frame_update` for ``second_moment="frame"`` and
     ``projector="euclidean"``, written into ``buffers``; the same arguments, results and bits.
 
