@@ -5,8 +5,8 @@ default second moment and projector.
 The kernel performs the reference rule's operations in the same order, so its results are the
 same bits (``tests/test_frame_kernel.py`` checks this with ``torch.equal``), but it writes the new
 moments, the new frames and every frame-sized or ``p x p`` intermediate into a bucket's persistent
-buffers: a fresh tensor of that size costs page faults on every step, and with the buffers a step
-allocates no frame-sized tensor.
+buffers: a fresh tensor of that size costs page faults on every step, and with the buffers a
+capped polar step (the default) allocates no frame-sized tensor.
 """
 
 from __future__ import annotations

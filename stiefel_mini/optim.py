@@ -63,12 +63,11 @@ def stiefel_adam_frame_update(
         S_t &= -\eta D_t \min\!\big(1, \delta / \lVert \eta D_t \rVert_F\big) \\
         W_{t+1} &= R^\text{polar}_{W_t}(S_t) = (W_t + S_t)\big((W_t + S_t)^\top (W_t + S_t)\big)^{-1/2}
 
-    Line by line: the Riemannian gradient; the transport of the first moment to the tangent space
-    at ``W_t`` by re-projection; the first moment; one second moment per frame; the bias-corrected
-    Adam direction, of Frobenius norm about 1; the step, at most the trust cap long; the polar
-    retraction.
-    with ``eta = lr``, ``delta = max_step`` and ``u`` the unit roundoff of the compute dtype. The
-    floor ``64 u ||N_t||^2`` is rounding insurance: the normal part ``W N`` of G is removed only to
+    with ``eta = lr``, ``delta = max_step`` and ``u`` the unit roundoff of the compute dtype. Line
+    by line: the Riemannian gradient; the transport of the first moment to the tangent space at
+    ``W_t`` by re-projection; the first moment; one second moment per frame; the bias-corrected Adam
+    direction, of Frobenius norm about 1; the step, at most the trust cap long; the polar
+    retraction. The floor ``64 u ||N_t||^2`` is rounding insurance: the normal part ``W N`` of G is removed only to
     about ``u ||G||``, and without it Adam would blow that remainder up to a full step (with it, a
     gradient normal to the manifold moves a float32 frame by about ``4e-3 lr`` at most); otherwise
     it changes ``v`` by a relative ``64 u ||N||^2 / ||xi||^2``.
