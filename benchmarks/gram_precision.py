@@ -7,7 +7,7 @@ of the retraction, and what the higher precision costs.
 Each step is ``W <- polar(W + S)`` with a random tangent ``S`` of Frobenius length ``--length``
 (StiefelAdam's trust cap is 0.1; its steps are about ``lr``), on float32 frames:
 
-* ``float32``: ``polar_factor_checked`` on the float32 ``M = W + S``, the retraction
+* ``float32``: the checked polar factor on the float32 ``M = W + S``, the retraction
   ``StiefelAdam`` uses: the Gram matrix ``M^T M``, the series ``Z = (M^T M)^{-1/2}`` and the
   product ``M Z`` in float32;
 * ``float64 Gram``: ``M^T M`` and the series in float64 (from the float32 M), ``Z`` rounded to
@@ -25,27 +25,21 @@ import time
 
 import torch
 
-from stiefel_mini.geometry import (
-    _inv_sqrt_series,
-    orthogonality_error,
-    polar_factor_checked,
-    project_tangent,
-    random_stiefel,
-    series_degree,
-)
+from stiefel_mini._numerics import inv_sqrt_series, polar_or_nan, series_degree
+from stiefel_mini.geometry import orthogonality_error, project_tangent, random_stiefel
 
 
 def retract(W: torch.Tensor, S: torch.Tensor, gram: torch.dtype, bound: float) -> torch.Tensor:
     """``polar(W + S)`` with the Gram matrix and the series computed in ``gram``."""
     M = W + S
     if gram == M.dtype:
-        Y, ok = polar_factor_checked(M, bound)
+        Y, ok = polar_or_nan(M, bound)
     else:
         M64 = M.to(gram)
         E = M64.mT @ M64
         E.diagonal(dim1=-2, dim2=-1).sub_(1.0)  # M^T M - I, (B, p, p)
         ok = torch.linalg.matrix_norm(E) <= bound
-        Z = _inv_sqrt_series(E, series_degree(bound, gram))
+        Z = inv_sqrt_series(E, series_degree(bound, gram))
         Y = M @ Z.to(M.dtype)
     if not bool(ok.all()):
         raise RuntimeError("a retraction was refused: lower --length")

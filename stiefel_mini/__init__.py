@@ -3,14 +3,7 @@
 >>> from stiefel_mini import StiefelAdam, StiefelSelfAttention, param_groups
 """
 
-from .attention import (
-    QKNormSelfAttention,
-    StiefelSelfAttention,
-    frame_parameters,
-    make_attention,
-    param_groups,
-    qk_parameters,
-)
+from .attention import QKNormSelfAttention, StiefelSelfAttention, make_attention
 from .geometry import (
     RETRACTIONS,
     canonical_gradient,
@@ -20,6 +13,7 @@ from .geometry import (
     random_stiefel,
     retract,
 )
+from .groups import frame_parameters, param_groups, qk_parameters
 from .mha import StiefelMultiheadAttention, convert_attention
 from .optim import StiefelAdam, stiefel_adam_frame_update
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .geometry import random_stiefel
+from .groups import frame_parameters, param_groups, qk_parameters
 
-__all__ = ["StiefelSelfAttention", "QKNormSelfAttention", "make_attention", "entropy", "frame_parameters",
-           "qk_parameters", "param_groups"]
+__all__ = ["StiefelSelfAttention", "QKNormSelfAttention", "make_attention", "entropy"]
+# frame_parameters, qk_parameters and param_groups live in stiefel_mini.groups, beside the optimizer;
+# they are imported here too because programs import them from stiefel_mini.attention.
 
 LOGIT_SCALES = ("fixed", "learned")
 
@@ -41,11 +43,12 @@ class StiefelSelfAttention(nn.Module):
 
     ``stiefel=False`` turns the constraint off: the same module, the same initial weights (the
     frames start orthonormal either way, so a constrained and an unconstrained run start from the
-    same point), but ``w_q`` and ``w_k`` are plain weights that :func:`param_groups` hands to AdamW.
+    same point), but ``w_q`` and ``w_k`` are plain weights that :func:`~stiefel_mini.groups.param_groups` hands to AdamW.
     V and the output projection are always unconstrained ``nn.Linear`` layers.
 
     ``train_qk=False`` creates ``w_q`` and ``w_k`` with ``requires_grad=False``: random frames that
-    stay at their initial value (the frozen-frame baseline); :func:`param_groups` leaves them out.
+    stay at their initial value (the frozen-frame baseline); :func:`~stiefel_mini.groups.param_groups`
+    leaves them out.
 
     Shapes: ``w_q``, ``w_k`` ``(n_heads, d_model, d_head)``; input and output ``(B, T, d_model)``.
 
@@ -130,7 +133,7 @@ class StiefelSelfAttention(nn.Module):
         return [self.w_q, self.w_k] if self.stiefel else []
 
     def qk_weights(self) -> list[nn.Parameter]:
-        """The query and key weights ``[w_q, w_k]``, frames or not (see :func:`qk_parameters`)."""
+        """The query and key weights ``[w_q, w_k]``, frames or not (see :func:`~stiefel_mini.groups.qk_parameters`)."""
         return [self.w_q, self.w_k]
 
     def scale(self) -> Tensor:
@@ -262,77 +265,3 @@ def entropy(p: Tensor) -> Tensor:
     Shapes: ``(..., T)`` -> ``(...)``; e.g. attention weights ``(B, n_heads, T, T)`` -> ``(B, n_heads, T)``.
     """
     return -torch.special.xlogy(p, p).sum(-1)
-
-
-def _collect(model: nn.Module, method: str) -> Iterator[nn.Parameter]:
-    """The parameters that the modules of ``model`` return from ``method()``, each once."""
-    seen: set[int] = set()
-    for module in model.modules():
-        fn = getattr(module, method, None)
-        if callable(fn):
-            for p in fn():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield p
-
-
-def frame_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
-    """Every Stiefel frame in ``model``: the parameters returned by ``frames()`` of its modules.
-
-    Any module can take part by defining a ``frames()`` method that returns its frame parameters.
-    """
-    return _collect(model, "frames")
-
-
-def qk_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
-    """The query/key weights of every attention module in ``model``, constrained or not.
-
-    A module takes part by defining ``qk_weights()``, as :class:`StiefelSelfAttention` and
-    :class:`~stiefel_mini.mha.StiefelMultiheadAttention` do.
-    """
-    return _collect(model, "qk_weights")
-
-
-def param_groups(
-    model: nn.Module,
-    *,
-    weight_decay: float = 0.0,
-    frame_options: dict[str, Any] | None = None,
-    qk_options: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Split a model's trainable parameters into named param groups for :class:`~stiefel_mini.optim.StiefelAdam`.
-
-    * ``"frames"``: Stiefel frames (``stiefel=True``, plus ``frame_options``, e.g. ``lr``);
-    * ``"qk"``: Q/K weights of attention modules built with ``stiefel=False``, decayed like other
-      weights unless ``qk_options`` says otherwise (e.g. ``{"weight_decay": 0.0}``);
-    * ``"decay"``: every other parameter with 2 or more dimensions (matrices, embeddings);
-    * ``"no_decay"``: biases, norm gains, temperatures and other 1-D or scalar parameters.
-
-    Empty groups are left out. Parameters with ``requires_grad=False`` are skipped, which is how a
-    frozen-frame baseline leaves its frames alone.
-    """
-    frames = {id(p) for p in frame_parameters(model)}
-    qk = {id(p) for p in qk_parameters(model)} - frames
-    buckets: dict[str, list[nn.Parameter]] = {"frames": [], "qk": [], "decay": [], "no_decay": []}
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        if id(p) in frames:
-            buckets["frames"].append(p)
-        elif id(p) in qk:
-            buckets["qk"].append(p)
-        elif p.dim() >= 2:
-            buckets["decay"].append(p)
-        else:
-            buckets["no_decay"].append(p)
-    options = {
-        "frames": {"stiefel": True, "weight_decay": 0.0, **(frame_options or {})},
-        "qk": {"weight_decay": weight_decay, **(qk_options or {})},
-        "decay": {"weight_decay": weight_decay},
-        "no_decay": {"weight_decay": 0.0},
-    }
-    return [
-        {"name": name, "params": params, **options[name]}
-        for name, params in buckets.items()
-        if params
-    ]

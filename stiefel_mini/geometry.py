@@ -18,10 +18,13 @@ References:
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Callable
 
 import torch
 from torch import Tensor
+
+from ._numerics import polar_or_nan, positive_qr, refuse, retract_or_nan
 
 __all__ = [
     "sym",
@@ -31,7 +34,6 @@ __all__ = [
     "normal_component",
     "tangent_error",
     "polar_retraction",
-    "polar_factor",
     "qr_retraction",
     "cayley_retraction",
     "exp_retraction",
@@ -132,116 +134,6 @@ def tangent_error(W: Tensor, V: Tensor) -> Tensor:
     return torch.linalg.matrix_norm(_tangent_residual(W, V))
 
 
-def series_degree(bound: float, dtype: torch.dtype) -> int:
-    """Degree ``d`` at which the binomial series of ``(I + E)^{-1/2}`` is accurate to the unit
-    roundoff ``u`` of ``dtype`` for every ``||E||_F <= bound < 1``: the remainder is at most
-    ``bound^(d+1) / (1 - bound)``. Decided on the host from a bound, never from data.
-    """
-    if not 0.0 <= bound < 1.0:
-        raise ValueError(f"the binomial series needs a bound in [0, 1); got {bound}")
-    unit_roundoff = torch.finfo(dtype).eps / 2
-    degree = 1
-    while bound ** (degree + 1) > unit_roundoff * (1 - bound):
-        degree += 1
-    return degree
-
-
-def _inv_sqrt_series(E: Tensor, degree: int, work: tuple[Tensor, Tensor] | None = None) -> Tensor:
-    """``(I + E)^{-1/2}`` by the binomial series of fixed ``degree``, for symmetric ``(..., p, p)`` E.
-
-    ``(I + E)^{-1/2} = sum_k binom(-1/2, k) E^k = I - E/2 + 3E^2/8 - 5E^3/16 + ...``, summed by
-    Horner's rule: ``degree - 1`` matrix products, no data-dependent branch, no host
-    synchronisation. Accurate when ``||E||_F`` is below the bound the degree was chosen for (see
-    :func:`series_degree`).
-
-    ``work``: two tensors shaped as E (neither E) that the partial sums are written into in turn;
-    the result is one of them.
-
-    Reference: Higham (2008), "Functions of Matrices", section 5.3 and chapter 6.
-    """
-    coeffs = [1.0]
-    for k in range(1, degree + 1):
-        coeffs.append(coeffs[-1] * -(2 * k - 1) / (2 * k))
-    bufs = work or (None, None)
-    Z = torch.mul(E, coeffs[degree], out=bufs[0])
-    for i, c in enumerate(reversed(coeffs[1:degree])):
-        _diagonal(Z).add_(c)  # Z + c I, touching only the diagonal
-        Z = torch.matmul(E, Z, out=bufs[(i + 1) % 2])
-    _diagonal(Z).add_(1.0)
-    return Z
-
-
-def _diagonal(A: Tensor) -> Tensor:
-    """The diagonals of a batch of square matrices ``(..., p, p)`` as a writable view ``(..., p)``."""
-    return A.diagonal(dim1=-2, dim2=-1)
-
-
-# The series is used where ||M^T M - I||_F <= 1/4 (when no tighter bound is known).
-SERIES_BOUND = 0.25
-
-
-def polar_factor_checked(
-    M: Tensor,
-    bound: float | None = None,
-    precision: torch.dtype | None = None,
-    *,
-    out: Tensor | None = None,
-    work: tuple[Tensor, Tensor, Tensor] | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Orthogonal polar factor of tall ``(..., n, p)`` M and, per frame, whether it could be taken.
-
-    ``polar(M) = M (M^T M)^{-1/2}``. Per frame, with ``E = M^T M - I`` and ``delta = ||E||_F``:
-
-    * ``bound`` given (the caller knows ``delta <= bound``, e.g. a capped step from a frame): the
-      binomial series of the degree :func:`series_degree` gives for ``bound``; a frame with
-      ``delta > bound`` is refused (``ok`` False, its result NaN) instead of being returned wrong.
-    * ``bound=None``: the series (degree for ``delta <= 1/4``) where ``delta <= 1/4``, and the
-      polar factor ``U V^T`` of the SVD ``M = U Sigma V^T`` elsewhere. The Gram route squares the
-      condition number of M; the SVD does not, so any full-rank M is handled to working
-      precision. Both are computed for every frame and chosen per frame with ``torch.where``.
-      A numerically rank-deficient frame (``s_min <= n u s_max``) is refused.
-
-    ``precision``: the dtype whose unit roundoff the series is summed to (default: M's; a frame
-    that will be rounded to bf16 needs fewer terms). Each frame's result depends on that frame
-    alone, and nothing is synchronised with the host, so the function compiles with
-    ``torch.compile(fullgraph=True)``. ``out``: a tensor shaped as M (not M) to write the factor
-    into when ``bound`` is given (a preallocated buffer; ignored otherwise); ``work``: three
-    ``(..., p, p)`` tensors in M's dtype for the p x p intermediates, likewise.
-
-    Shapes: M ``(..., n, p)``, ``n >= p`` -> ``((..., n, p), (...))``.
-    Reference: Higham (2008), "Functions of Matrices", theorem 8.4 and chapter 6.
-    """
-    work = work if bound is not None and work is not None else (None, None, None)
-    E = torch.matmul(M.mT, M, out=work[0])
-    _diagonal(E).sub_(1.0)  # M^T M - I
-    delta = torch.linalg.matrix_norm(E)  # (...)
-    if bound is not None:
-        ok = delta <= bound
-        Z = _inv_sqrt_series(E, series_degree(bound, precision or M.dtype), work[1:])
-        # A refused frame is NaN: never a silently wrong frame.
-        Z.mul_(torch.where(ok, 1.0, torch.nan).to(M.dtype)[..., None, None])
-        return torch.matmul(M, Z, out=out), ok
-    near = delta <= SERIES_BOUND
-    Z = _inv_sqrt_series(torch.where(near[..., None, None], E, 0.0), series_degree(SERIES_BOUND, precision or M.dtype))
-    finite = torch.isfinite(M).flatten(-2).all(dim=-1)
-    # The SVD raises on NaN / inf (on the host); such frames are refused below anyway.
-    U, s, Vh = torch.linalg.svd(torch.where(finite[..., None, None], M, 0.0), full_matrices=False)
-    far = U @ Vh
-    smax = s.amax(dim=-1)
-    full_rank = s.amin(dim=-1) > M.shape[-2] * torch.finfo(M.dtype).eps * smax
-    Y = torch.where(near[..., None, None], M @ Z, far)
-    ok = (near | full_rank) & torch.isfinite(delta) & finite
-    return torch.where(ok[..., None, None], Y, torch.nan), ok
-
-
-def _refuse(name: str, ok: Tensor, what: str) -> None:
-    """Raise ``ValueError`` if some frame was refused (this synchronises with the host)."""
-    if not bool(ok.all()):
-        bad = [tuple(i) for i in (~ok).nonzero().tolist()]
-        raise ValueError(f"{name}: {what} (frames at batch index {bad}); use a smaller step, or "
-                         "map the matrix to the manifold with stiefel_mini.geometry.project")
-
-
 @_tall
 def polar_retraction(W: Tensor, V: Tensor) -> Tensor:
     """Polar retraction: the closest frame to ``W + V`` in Frobenius norm.
@@ -251,30 +143,16 @@ def polar_retraction(W: Tensor, V: Tensor) -> Tensor:
     matrix is formed from ``W + V`` itself rather than assumed to be ``I + V^T V``, so the result
     is orthonormal to working precision even when W has drifted slightly. The inverse square root
     uses a binomial series summed to working precision near the identity (matrix products only)
-    and the SVD of ``W + V`` otherwise (see ``polar_factor_checked``), so any step, however
-    large, lands on the manifold; a rank-deficient ``W + V`` raises ``ValueError``. Second order:
+    and the SVD of ``W + V`` otherwise, chosen per frame, so any step, however large, lands on
+    the manifold; a rank-deficient ``W + V`` raises ``ValueError``. Second order:
     ``R(W, tV) = W + tV + O(t^2)`` with a second-order term normal to the manifold.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Absil et al. (2008), example 4.1.3; Absil & Malick (2012), "Projection-like
     retractions on matrix manifolds".
     """
-    return polar_factor(W + V)
-
-
-@_tall
-def polar_factor(M: Tensor) -> Tensor:
-    """Orthogonal polar factor of a full-rank ``M``: ``M (M^T M)^{-1/2}``, the closest frame to M.
-
-    Cheap near a frame (``M^T M`` close to ``I``), through the SVD elsewhere (see
-    ``polar_factor_checked``, which is this function without the check). Raises
-    ``ValueError`` if some M is numerically rank-deficient (this check synchronises with the host).
-
-    Shapes: ``(..., n, p)`` -> ``(..., n, p)``.
-    Reference: Higham (2008), "Functions of Matrices", theorem 8.4.
-    """
-    Y, ok = polar_factor_checked(M)
-    _refuse("polar_factor", ok, "the matrix is (numerically) rank-deficient, its polar factor is not unique")
+    Y, ok = polar_or_nan(W + V)
+    refuse("polar_retraction", ok, "W + V is (numerically) rank-deficient, its polar factor is not unique")
     return Y
 
 
@@ -288,22 +166,9 @@ def qr_retraction(W: Tensor, V: Tensor) -> Tensor:
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Absil et al. (2008), example 4.1.3.
     """
-    Y, ok = retract_checked(W, V, "qr")
-    _refuse("qr_retraction", ok, "W + V is (numerically) rank-deficient")
+    Y, ok = retract_or_nan(W, V, "qr")
+    refuse("qr_retraction", ok, "W + V is (numerically) rank-deficient")
     return Y
-
-
-def _qr(W: Tensor, V: Tensor) -> tuple[Tensor, Tensor]:
-    """``qf(W + V)`` with ``diag(R) > 0`` for tall inputs, and per frame whether ``W + V`` has full rank."""
-    M = W + V
-    Q, R = torch.linalg.qr(M)
-    diag = torch.diagonal(R, dim1=-2, dim2=-1)
-    signs = torch.sign(diag)
-    # sign(0) = 0 would zero a column; a zero diagonal only occurs for rank-deficient input.
-    signs = torch.where(signs == 0, torch.ones_like(signs), signs)
-    size = diag.abs()
-    ok = size.amin(dim=-1) > M.shape[-2] * torch.finfo(M.dtype).eps * size.amax(dim=-1)
-    return Q * signs.unsqueeze(-2), ok
 
 
 @_tall
@@ -326,33 +191,9 @@ def cayley_retraction(W: Tensor, V: Tensor) -> Tensor:
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Wen & Yin (2013), lemma 4.1 and eq. (2.7).
     """
-    Y, ok = retract_checked(W, V, "cayley")
-    _refuse("cayley_retraction", ok, "the step is too large for the Cayley map to stay on the manifold")
+    Y, ok = retract_or_nan(W, V, "cayley")
+    refuse("cayley_retraction", ok, "the step is too large for the Cayley map to stay on the manifold")
     return Y
-
-
-def _cayley(W: Tensor, V: Tensor) -> Tensor:
-    """The Cayley map of :func:`cayley_retraction`, without the check."""
-    p = W.shape[-1]
-    U = V - 0.5 * (W @ (W.mT @ V))
-    L = torch.cat([U, W], dim=-1)  # (..., n, 2p)
-    Z = torch.cat([W, -U], dim=-1)  # (..., n, 2p)
-    eye = torch.eye(2 * p, dtype=W.dtype, device=W.device)
-    return W + L @ _solve(eye - 0.5 * (Z.mT @ L), Z.mT @ W)
-
-
-def _solve(A: Tensor, B: Tensor) -> Tensor:
-    """``A^{-1} B`` for ``(..., k, k)`` systems.
-
-    The CPU build of torch 2.14.1 with more than one thread returns wrong answers (or fails in
-    ``lu_solve``) for batched solves of systems larger than about 128 x 128, so those are solved one
-    system at a time.
-    """
-    if A.shape[-1] <= 128 or A.dim() == 2 or A.device.type != "cpu":
-        return torch.linalg.solve(A, B)
-    batch = A.shape[:-2]
-    A2, B2 = A.reshape(-1, *A.shape[-2:]), B.expand(*batch, *B.shape[-2:]).reshape(-1, *B.shape[-2:])
-    return torch.stack([torch.linalg.solve(a, b) for a, b in zip(A2, B2)]).reshape(*batch, *B.shape[-2:])
 
 
 @_tall
@@ -372,56 +213,9 @@ def exp_retraction(W: Tensor, V: Tensor) -> Tensor:
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Edelman et al. (1998), eq. (2.45); Zimmermann (2017), eq. (10).
     """
-    Y, ok = retract_checked(W, V, "exp")
-    _refuse("exp_retraction", ok, "the step is too large for the exponential map to stay on the manifold")
+    Y, ok = retract_or_nan(W, V, "exp")
+    refuse("exp_retraction", ok, "the step is too large for the exponential map to stay on the manifold")
     return Y
-
-
-def _exp(W: Tensor, V: Tensor) -> Tensor:
-    """The exponential map of :func:`exp_retraction`, without the check."""
-    p = W.shape[-1]
-    A = W.mT @ V
-    S = V.mT @ V
-    eye = torch.eye(p, dtype=W.dtype, device=W.device).expand_as(A)
-    block = torch.cat([torch.cat([A, -S], dim=-1), torch.cat([eye, A], dim=-1)], dim=-2)  # (..., 2p, 2p)
-    E = torch.linalg.matrix_exp(block)[..., :, :p] @ torch.linalg.matrix_exp(-A)  # (..., 2p, p)
-    return torch.cat([W, V], dim=-1) @ E
-
-
-def retract_checked(W: Tensor, V: Tensor, method: str, bound: float | None = None) -> tuple[Tensor, Tensor]:
-    """Retract tall frames and say per frame whether the step could be taken; no host sync.
-
-    Returns ``(R(W, V), ok)`` with ``ok`` of shape ``(...)``; a refused frame's result is NaN.
-
-    * ``"polar"``: ``polar_factor_checked`` of ``W + V`` (``bound`` is passed on); refused
-      only if ``W + V`` is rank-deficient (or exceeds a given bound).
-    * ``"qr"``: refused if ``W + V`` is rank-deficient.
-    * ``"cayley"``, ``"exp"``: these apply an orthogonal map to W, so they keep the error W has
-      and do not repair a frame that was moved off the manifold. A step that adds more than
-      ``sqrt(u)`` to ``||W^T W - I||_F`` (``u`` the unit roundoff: 2.4e-4 in float32, 1e-8 in
-      float64; a huge step, where the 2p x 2p solve or the matrix exponential loses accuracy) is
-      refused.
-
-    Shapes: W, V ``(..., n, p)``, ``n >= p`` -> ``((..., n, p), (...))``.
-    """
-    if method == "polar":
-        return polar_factor_checked(W + V, bound)
-    if method == "qr":
-        Y, ok = _qr(W, V)
-    elif method in ("cayley", "exp"):
-        Y = _cayley(W, V) if method == "cayley" else _exp(W, V)
-        u = torch.finfo(W.dtype).eps / 2
-        before, after = _orthogonality_error_tall(W), _orthogonality_error_tall(Y)
-        ok = after <= before + u**0.5
-    else:
-        raise ValueError(f"unknown retraction {method!r}; choose one of {sorted(RETRACTIONS)}")
-    ok = ok & torch.isfinite(Y).flatten(-2).all(dim=-1)
-    return torch.where(ok[..., None, None], Y, torch.nan), ok
-
-
-def _orthogonality_error_tall(W: Tensor) -> Tensor:
-    eye = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device)
-    return torch.linalg.matrix_norm(W.mT @ W - eye)
 
 
 RETRACTIONS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
@@ -498,7 +292,7 @@ def random_stiefel(
     dtype = torch.get_default_dtype() if dtype is None else dtype
     work = torch.promote_types(dtype, torch.float32)  # QR has no bf16 / fp16 kernels
     X = torch.randn(tall, generator=generator, dtype=work, device=device)
-    W, _ = _qr(torch.zeros_like(X), X)
+    W, _ = positive_qr(torch.zeros_like(X), X)
     W = W.to(dtype)
     return W.mT.contiguous() if r < c else W
 
@@ -512,3 +306,25 @@ def orthogonality_error(W: Tensor) -> Tensor:
     gram = Wt.mT @ Wt
     eye = torch.eye(gram.shape[-1], dtype=W.dtype, device=W.device)
     return torch.linalg.matrix_norm(gram - eye)
+
+
+def __getattr__(name: str):
+    # Programs that import polar_factor keep working, with a warning: the polar factor's one
+    # public name is project.
+    if name == "polar_factor":
+        warnings.warn(
+            "stiefel_mini.geometry.polar_factor is deprecated; use stiefel_mini.geometry.project "
+            "(the same map: the closest frame to a full-rank matrix)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _polar_factor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@_tall
+def _polar_factor(M: Tensor) -> Tensor:
+    """``M (M^T M)^{-1/2}`` for full-rank ``(..., r, c)`` M by the series or the SVD; raises if rank-deficient."""
+    Y, ok = polar_or_nan(M)
+    refuse("polar_factor", ok, "the matrix is (numerically) rank-deficient, its polar factor is not unique")
+    return Y

@@ -16,93 +16,17 @@ polar map :func:`stiefel_mini.geometry.project`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._mha_inputs import additive, check_inputs
+from ._mha_report import ConversionReport, ConvertedLayer
 from .attention import LOGIT_SCALES
 from .geometry import project, random_stiefel
 
 __all__ = ["StiefelMultiheadAttention", "convert_attention", "ConversionReport", "ConvertedLayer"]
-
-
-def _check_inputs(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    key_padding_mask: Tensor | None,
-    attn_mask: Tensor | None,
-    num_heads: int,
-    embed_dim: int,
-    batch_first: bool,
-) -> None:
-    """Reject the inputs ``nn.MultiheadAttention`` rejects, with the same error types.
-
-    Dimensions and the unbatched 3-D mask raise ``AssertionError`` (as ``F._mha_shape_check``),
-    as do a wrong embedding size, key/value lengths that differ and a key padding mask not
-    ``(N, S)``; a 2-D or 3-D ``attn_mask`` of the wrong shape and a query batch that differs from
-    the key batch raise ``RuntimeError``.
-    """
-    if query.dim() not in (2, 3):
-        raise AssertionError(
-            f"query should be unbatched 2D or batched 3D tensor but received {query.dim()}-D query tensor"
-        )
-    batched = query.dim() == 3
-    kind = "batched (3-D)" if batched else "unbatched (2-D)"
-    if key.dim() != query.dim() or value.dim() != query.dim():
-        raise AssertionError(
-            f"For {kind} `query`, expected `key` and `value` to be {query.dim()}-D but found "
-            f"{key.dim()}-D and {value.dim()}-D tensors respectively"
-        )
-    if key_padding_mask is not None and key_padding_mask.dim() != query.dim() - 1:
-        raise AssertionError(
-            f"For {kind} `query`, expected `key_padding_mask` to be `None` or {query.dim() - 1}-D but "
-            f"found {key_padding_mask.dim()}-D tensor instead"
-        )
-    if attn_mask is not None and attn_mask.dim() not in (2, 3):
-        raise AssertionError(
-            f"For {kind} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found "
-            f"{attn_mask.dim()}-D tensor instead"
-        )
-    if query.shape[-1] != embed_dim:
-        raise AssertionError(f"was expecting embedding dimension of {embed_dim}, but got {query.shape[-1]}")
-    if key.shape[:-1] != value.shape[:-1]:
-        raise AssertionError(f"key shape {key.shape} does not match value shape {value.shape}")
-    if batched:
-        b = 0 if batch_first else 1
-        N, L, S, Nk = query.shape[b], query.shape[1 - b], key.shape[1 - b], key.shape[b]
-        if Nk != N:
-            raise RuntimeError(f"query has batch size {N} but key and value have {Nk}")
-    else:
-        N, L, S = 1, query.shape[0], key.shape[0]
-    if key_padding_mask is not None:
-        want = (N, S) if batched else (S,)
-        if tuple(key_padding_mask.shape) != want:
-            raise AssertionError(f"expecting key_padding_mask shape of {want}, but got {tuple(key_padding_mask.shape)}")
-    if attn_mask is not None:
-        if attn_mask.dim() == 2 and tuple(attn_mask.shape) != (L, S):
-            raise RuntimeError(f"The shape of the 2D attn_mask is {attn_mask.shape}, but should be {(L, S)}.")
-        if attn_mask.dim() == 3:
-            want = (N * num_heads, L, S) if batched else (num_heads, L, S)
-            if tuple(attn_mask.shape) != want:
-                error = RuntimeError if batched else AssertionError
-                raise error(f"The shape of the 3D attn_mask is {attn_mask.shape}, but should be {want}.")
-
-
-def _additive(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-    """``nn.MultiheadAttention``'s mask convention as an additive float mask.
-
-    A bool mask marks the positions that may *not* be attended (True = masked; the opposite of
-    ``F.scaled_dot_product_attention``'s bool masks) and becomes ``-inf`` there; a float mask is
-    added to the logits as it is.
-    """
-    if mask is None:
-        return None
-    if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
-    return mask.to(dtype)
 
 
 class StiefelMultiheadAttention(nn.Module):
@@ -247,7 +171,7 @@ class StiefelMultiheadAttention(nn.Module):
     def frames(self) -> list[nn.Parameter]:
         """The Stiefel frames ``[q_weight, k_weight]``, or ``[]`` when ``stiefel=False``.
 
-        :func:`stiefel_mini.attention.frame_parameters` and :func:`stiefel_mini.attention.param_groups`
+        :func:`stiefel_mini.groups.frame_parameters` and :func:`stiefel_mini.groups.param_groups`
         find them through this method.
         """
         return [self.q_weight, self.k_weight] if self.stiefel else []
@@ -255,7 +179,7 @@ class StiefelMultiheadAttention(nn.Module):
     def qk_weights(self) -> list[nn.Parameter]:
         """The query and key weights ``[q_weight, k_weight]``, frames or not.
 
-        :func:`stiefel_mini.attention.param_groups` puts them in its ``"qk"`` group when
+        :func:`stiefel_mini.groups.param_groups` puts them in its ``"qk"`` group when
         ``stiefel=False``.
         """
         return [self.q_weight, self.k_weight]
@@ -293,7 +217,7 @@ class StiefelMultiheadAttention(nn.Module):
             ``(N, L, S)`` (averaged) or ``(N, num_heads, L, S)``, without ``N`` for unbatched
             input, or ``None`` if ``need_weights=False``.
         """
-        _check_inputs(query, key, value, key_padding_mask, attn_mask, self.num_heads, self.embed_dim,
+        check_inputs(query, key, value, key_padding_mask, attn_mask, self.num_heads, self.embed_dim,
                       self.batch_first)
         if is_causal and attn_mask is None:
             raise RuntimeError(
@@ -317,10 +241,10 @@ class StiefelMultiheadAttention(nn.Module):
         v = self.v_proj(value)  # (N, S, E)
 
         # One additive mask broadcastable to (N, H, L, S): attn_mask plus key padding.
-        mask = _additive(attn_mask, q.dtype)
+        mask = additive(attn_mask, q.dtype)
         if mask is not None:
             mask = mask.view(1, 1, L, -1) if mask.dim() == 2 else mask.view(N, H, L, -1)
-        kpm = _additive(key_padding_mask, q.dtype)
+        kpm = additive(key_padding_mask, q.dtype)
         if kpm is not None:
             kpm = kpm.view(N, 1, 1, -1)
         use_causal_kernel = is_causal and kpm is None and not need_weights
@@ -462,59 +386,6 @@ def _empty_like(mha: nn.MultiheadAttention, *, stiefel: bool, logit_scale: str) 
         logit_scale=logit_scale,
     )
     return new.train(mha.training)
-
-
-@dataclass
-class ConvertedLayer:
-    """One swapped module: its name, sizes and how far the polar map moved Q and K."""
-
-    name: str
-    embed_dim: int
-    num_heads: int
-    frame_shape: tuple[int, ...]
-    q_polar_distance: float
-    k_polar_distance: float
-
-
-@dataclass
-class ConversionReport:
-    """What :func:`convert_attention` changed; ``print(report)`` shows it as a table."""
-
-    stiefel: bool
-    layers: list[ConvertedLayer] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def num_frames(self) -> int:
-        """Number of per-head frames created (Q and K for every head of every layer)."""
-        return sum(2 * layer.num_heads for layer in self.layers) if self.stiefel else 0
-
-    def __str__(self) -> str:
-        kind = "Stiefel Q/K frames" if self.stiefel else "unconstrained (stiefel=False, exact copy)"
-        lines = [
-            f"convert_attention: {len(self.layers)} nn.MultiheadAttention -> "
-            f"StiefelMultiheadAttention, {kind}"
-        ]
-        if self.layers:
-            width = max(len(layer.name) for layer in self.layers)
-            lines.append(
-                f"  {'module':<{width}}  {'E':>4}  {'H':>2}  {'frame (per head)':<16}  "
-                f"{'|Q-polar(Q)|/|Q|':>16}  {'|K-polar(K)|/|K|':>16}"
-            )
-            for layer in self.layers:
-                shape = " x ".join(str(s) for s in layer.frame_shape)
-                lines.append(
-                    f"  {layer.name:<{width}}  {layer.embed_dim:>4}  {layer.num_heads:>2}  "
-                    f"{shape:<16}  {layer.q_polar_distance:>16.3f}  {layer.k_polar_distance:>16.3f}"
-                )
-        else:
-            lines.append("  no nn.MultiheadAttention found: nothing changed")
-        lines += [f"  note: {note}" for note in self.notes]
-        if self.stiefel and self.layers:
-            lines.append(
-                f"  {self.num_frames} frames; V, output projections and biases copied unchanged"
-            )
-        return "\n".join(lines)
 
 
 def convert_attention(

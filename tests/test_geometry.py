@@ -397,31 +397,3 @@ def test_retract_unknown_method_lists_the_choices():
 def test_is_wide_rejects_vectors():
     with pytest.raises(ValueError):
         geo.is_wide(torch.ones(3))
-
-
-
-@pytest.mark.parametrize("degree", range(1, 9))
-def test_inv_sqrt_series_is_the_truncated_binomial_series(degree):
-    """The series evaluation equals sum_{k<=d} binom(-1/2, k) E^k, term by term."""
-    from stiefel_mini.geometry import _inv_sqrt_series
-
-    g = torch.Generator().manual_seed(degree)
-    A = torch.randn(3, 7, 7, generator=g, dtype=torch.float64)
-    E = 0.2 * (A + A.mT)
-    coeff, ref = 1.0, torch.eye(7, dtype=torch.float64).expand(3, 7, 7).clone()
-    for k in range(1, degree + 1):
-        coeff *= -(2 * k - 1) / (2 * k)
-        ref += coeff * torch.linalg.matrix_power(E, k)
-    torch.testing.assert_close(_inv_sqrt_series(E, degree), ref, rtol=0, atol=1e-13)
-
-
-def test_inv_sqrt_series_converges_to_the_inverse_square_root():
-    """At the degree series_degree picks for a bound, the series is (I + E)^{-1/2} to working precision."""
-    from stiefel_mini.geometry import _inv_sqrt_series, series_degree
-
-    g = torch.Generator().manual_seed(0)
-    A = torch.randn(4, 6, 6, generator=g, dtype=torch.float64)
-    E = (A + A.mT) / torch.linalg.matrix_norm(A + A.mT)[:, None, None] * 0.25  # ||E||_F = 0.25
-    ev, V = torch.linalg.eigh(torch.eye(6, dtype=torch.float64) + E)
-    exact = V @ torch.diag_embed(ev.rsqrt()) @ V.mT
-    assert (_inv_sqrt_series(E, series_degree(0.25, torch.float64)) - exact).abs().max() < 1e-14

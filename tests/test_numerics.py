@@ -1,0 +1,84 @@
+"""Tests of stiefel_mini._numerics: the checked kernels behind the polar factor and the retractions.
+
+* the binomial series of ``(I + E)^{-1/2}`` is the truncated series and converges at the degree chosen;
+* the checked polar factor refuses, as NaN, exactly the frames beyond its bound, and agrees with the SVD;
+* the checked retractions return NaN and ``ok`` False where they refuse, and name the known methods.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stiefel_mini._numerics import inv_sqrt_series, polar_or_nan, retract_or_nan, series_degree
+from stiefel_mini.geometry import random_stiefel
+
+
+@pytest.mark.parametrize("degree", range(1, 9))
+def testinv_sqrt_series_is_the_truncated_binomial_series(degree):
+    """The series evaluation equals sum_{k<=d} binom(-1/2, k) E^k, term by term."""
+    g = torch.Generator().manual_seed(degree)
+    A = torch.randn(3, 7, 7, generator=g, dtype=torch.float64)
+    E = 0.2 * (A + A.mT)
+    coeff, ref = 1.0, torch.eye(7, dtype=torch.float64).expand(3, 7, 7).clone()
+    for k in range(1, degree + 1):
+        coeff *= -(2 * k - 1) / (2 * k)
+        ref += coeff * torch.linalg.matrix_power(E, k)
+    torch.testing.assert_close(inv_sqrt_series(E, degree), ref, rtol=0, atol=1e-13)
+
+
+def testinv_sqrt_series_converges_to_the_inverse_square_root():
+    """At the degree series_degree picks for a bound, the series is (I + E)^{-1/2} to working precision."""
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(4, 6, 6, generator=g, dtype=torch.float64)
+    E = (A + A.mT) / torch.linalg.matrix_norm(A + A.mT)[:, None, None] * 0.25  # ||E||_F = 0.25
+    ev, V = torch.linalg.eigh(torch.eye(6, dtype=torch.float64) + E)
+    exact = V @ torch.diag_embed(ev.rsqrt()) @ V.mT
+    assert (inv_sqrt_series(E, series_degree(0.25, torch.float64)) - exact).abs().max() < 1e-14
+
+
+def test_polar_with_a_bound_refuses_exactly_the_frames_beyond_it():
+    g = torch.Generator().manual_seed(1)
+    W = random_stiefel(4, 9, 3, generator=g, dtype=torch.float64)
+    V = torch.randn(4, 9, 3, generator=g, dtype=torch.float64)
+    V = V / torch.linalg.matrix_norm(V)[:, None, None] * torch.tensor([0.01, 0.1, 0.5, 2.0], dtype=torch.float64)[:, None, None]
+    M = W + V
+    E = M.mT @ M - torch.eye(3, dtype=torch.float64)
+    bound = 0.3
+    Y, ok = polar_or_nan(M, bound)
+    assert torch.equal(ok, torch.linalg.matrix_norm(E) <= bound)
+    assert ok[:2].all() and not ok[3]  # the sizes make both outcomes occur
+    assert Y[~ok].isnan().all() and not Y[ok].isnan().any()
+    U, _, Vh = torch.linalg.svd(M[ok], full_matrices=False)
+    torch.testing.assert_close(Y[ok], U @ Vh, rtol=0, atol=1e-13)
+
+
+def test_polar_without_a_bound_handles_far_frames_and_refuses_rank_deficient_ones():
+    g = torch.Generator().manual_seed(2)
+    M = torch.randn(3, 8, 4, generator=g, dtype=torch.float64) * 10.0
+    M[2, :, 3] = M[2, :, 0]  # rank-deficient
+    Y, ok = polar_or_nan(M)
+    assert ok.tolist() == [True, True, False]
+    U, _, Vh = torch.linalg.svd(M[:2], full_matrices=False)
+    torch.testing.assert_close(Y[:2], U @ Vh, rtol=0, atol=1e-12)
+    assert Y[2].isnan().all()
+
+
+@pytest.mark.parametrize("method", ["polar", "qr", "cayley", "exp"])
+def test_retract_or_nan_is_nan_where_it_refuses(method):
+    g = torch.Generator().manual_seed(3)
+    W = random_stiefel(2, 10, 3, generator=g, dtype=torch.float64)
+    V = torch.randn(2, 10, 3, generator=g, dtype=torch.float64)
+    V = V - W @ (0.5 * (W.mT @ V + V.mT @ W))  # tangent
+    V[1] = torch.nan  # a non-finite step is always refused
+    Y, ok = retract_or_nan(W, 0.1 * V, method)
+    assert ok.tolist() == [True, False]
+    assert Y[1].isnan().all()
+    eye = torch.eye(3, dtype=torch.float64)
+    assert torch.linalg.matrix_norm(Y[0].mT @ Y[0] - eye) < 1e-12
+
+
+def test_retract_or_nan_names_the_methods_for_an_unknown_one():
+    W = random_stiefel(5, 2, generator=torch.Generator().manual_seed(4))
+    with pytest.raises(ValueError, match="'cayley', 'exp', 'polar', 'qr'"):
+        retract_or_nan(W, torch.zeros_like(W), "cholesky")
