@@ -75,7 +75,7 @@ def cifar_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     root = cifar_data.write_tiny_image_folder(tmp / "tiny", **cifar.REPRO_TINY_SET)
     os.environ[cifar_data.ENV_CACHE_DIR] = str(tmp / "cache")
     data = cifar_data.load_cifar10(root)
-    presets = cifar.PRESETS
+    presets = getattr(cifar, "PLANS", None) or cifar.PRESETS
     for arm in _arm_names():
         yield "cifar/repro", arm, lambda arm=arm: cifar.run(
             dataclasses.replace(presets["repro"], arm=arm, epochs=1, data_dir=str(root)), data)

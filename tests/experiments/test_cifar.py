@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from stiefel_mini import evidence
+from stiefel_mini.evidence import runs as evidence_runs
 from stiefel_mini.evidence.runs import at_best_lr
 from stiefel_mini.experiments import cifar, cifar_data, runtime
-from stiefel_mini.experiments.cifar import PRESETS, REPRO_TINY_SET, CifarConfig
+from stiefel_mini.experiments.cifar import PLANS, REPRO_TINY_SET, CifarConfig
 from stiefel_mini.geometry import orthogonality_error
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def tiny_cfg(root: Path, **kw) -> CifarConfig:
-    return dataclasses.replace(PRESETS["repro"], data_dir=str(root), **kw)
+    return dataclasses.replace(PLANS["repro"], data_dir=str(root), **kw)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -109,7 +110,11 @@ def test_balanced_subsets_are_nested_and_balanced():
 
 
 def test_seeding_v0_is_the_committed_scheme_and_streams_the_package_rule():
-    cfg = dataclasses.replace(PRESETS["repro"], seed=2)
+    # The package rule is the default; the plans made with v0 name it, and so do stored configs by
+    # leaving the field out.
+    assert CifarConfig().seeding == "streams" and cifar.stored_config({"seed": 1}).seeding == "v0"
+    assert {name for name, c in PLANS.items() if c.seeding == "v0"} == {"cpu", "gpu", "repro", "live"}
+    cfg = dataclasses.replace(PLANS["repro"], seed=2)
     draw = lambda g: torch.rand(3, generator=g)  # noqa: E731
     assert torch.equal(draw(cifar.stream(cfg, "subset")), draw(torch.Generator().manual_seed(10_002)))
     assert torch.equal(draw(cifar.stream(cfg, "batches")), draw(torch.Generator().manual_seed(2)))
@@ -132,7 +137,7 @@ def test_normalize_standardises_channels():
 
 
 def test_vit_shapes_and_patches():
-    cfg = dataclasses.replace(PRESETS["repro"], patch_size=8)
+    cfg = dataclasses.replace(PLANS["repro"], patch_size=8)
     model = cifar.build_model(cfg, "A1")
     x = torch.randn(5, 3, 32, 32)
     assert model.patches(x).shape == (5, 16, 192)
@@ -144,7 +149,7 @@ def test_vit_shapes_and_patches():
 
 
 def test_paired_starts_share_every_weight():
-    cfg = PRESETS["repro"]
+    cfg = PLANS["repro"]
     plain = cifar.build_model(cfg, "A0").state_dict()
     framed = cifar.build_model(cfg, "A1").state_dict()
     assert plain.keys() == framed.keys()
@@ -207,7 +212,7 @@ def test_sweep_writes_incrementally_and_resumes(tiny_root, tmp_path):
 
 
 def r2_cfg(root: Path, **kw) -> CifarConfig:
-    return dataclasses.replace(PRESETS["r2_tiny"], data_dir=str(root), **kw)
+    return dataclasses.replace(PLANS["r2_tiny"], data_dir=str(root), **kw)
 
 
 def test_fixed_steps_do_not_depend_on_the_subset_size(tiny_root):
@@ -220,7 +225,7 @@ def test_fixed_steps_do_not_depend_on_the_subset_size(tiny_root):
 
 
 def test_attention_stats_match_the_block_logits():
-    cfg = dataclasses.replace(PRESETS["r2_tiny"], depth=2)
+    cfg = dataclasses.replace(PLANS["r2_tiny"], depth=2)
     model = cifar.build_model(cfg, "A0")
     x = torch.randn(4, 3, 32, 32)
     stats = cifar.attention_stats(model, x)
@@ -234,7 +239,7 @@ def test_attention_stats_match_the_block_logits():
 
 
 def test_swept_lrs_per_arm():
-    cfg = PRESETS["r2_tiny"]
+    cfg = PLANS["r2_tiny"]
     assert cifar.swept_lrs(cfg, "A0") == [(1e-3, None), (3e-3, None)]
     assert cifar.swept_lrs(cfg, "A1") == [(cfg.lr, 1e-2), (cfg.lr, 0.3)]
     plain = dataclasses.replace(cfg, lrs=(), frame_lrs=(), frame_lr=0.05)
@@ -253,7 +258,7 @@ def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
     assert {(r["arm"], r["lr"], r["frame_lr"]) for r in payload["runs"]} == {
         ("A0", 1e-3, None), ("A0", 3e-3, None), ("A1", cfg.lr, 1e-2), ("A1", cfg.lr, 0.3)}
     assert all(r["git_commit"] == payload["provenance"]["git_commit"] and "git_dirty" in r for r in payload["runs"])
-    curves = {c["arm"]: c for c in cifar.lr_curves(payload["runs"])}
+    curves = {c["arm"]: c for c in evidence_runs.lr_curves(payload["runs"])}
     assert curves["A1"]["swept"] == "frame_lr" and [p["value"] for p in curves["A1"]["points"]] == [1e-2, 0.3]
     assert curves["A0"]["best"] in (1e-3, 3e-3) and curves["A0"]["points"][0]["n"] == 2
     best = evidence.paired(at_best_lr(payload["runs"], "A0")[1], at_best_lr(payload["runs"], "A1")[1],
@@ -287,15 +292,14 @@ def test_parallel_sweeps_merge_into_one_file(tiny_root, tmp_path):
 
 def test_trust_cap_binds_at_large_frame_lr(tiny_root):
     h = cifar.run(r2_cfg(tiny_root, arm="A1", frame_lr=100.0, steps=4))
-    n_frames = 2 * cifar.build_model(PRESETS["r2_tiny"], "A1").attention_modules()[0].n_heads  # Q and K per head
+    n_frames = 2 * cifar.build_model(PLANS["r2_tiny"], "A1").attention_modules()[0].n_heads  # Q and K per head
     # Each frame moves at most max_step, so all of them together by at most max_step * sqrt(n_frames).
-    assert h["qk_step_mean"] <= PRESETS["r2_tiny"].max_step * math.sqrt(n_frames) * (1 + 1e-4)
+    assert h["qk_step_mean"] <= PLANS["r2_tiny"].max_step * math.sqrt(n_frames) * (1 + 1e-4)
     assert h["orth_error"] < 1e-4
 
 
 def _config(stored: dict) -> CifarConfig:
-    fields = {f.name for f in dataclasses.fields(CifarConfig)}
-    return CifarConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in fields})
+    return cifar.stored_config(stored)
 
 
 def test_tiny_set_run_reproduces_the_profiled_run():
