@@ -94,12 +94,12 @@ def cifar_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
 def grokking_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     from stiefel_mini.experiments import grokking as G
 
-    tiny = dataclasses.replace(G.PRESETS["tiny"], steps=12, eval_every=4)
+    tiny = dataclasses.replace((getattr(G, "PLANS", None) or G.PRESETS)["tiny"], steps=12, eval_every=4)
     for arm in _arm_names():
         yield "grokking/tiny", arm, lambda arm=arm: G.run(dataclasses.replace(tiny, arm=arm))
         yield "grokking/fixed", arm, lambda arm=arm: G.run(
             dataclasses.replace(tiny, arm=arm, logit_rms_init=None, frame_lr=0.03))
-    plan = dataclasses.replace(G.SWEEP_PLANS["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
+    plan = dataclasses.replace((getattr(G, "SWEEPS", None) or G.SWEEP_PLANS)["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
     yield "grokking/sweep", "tiny", lambda: G.sweep(plan, dataclasses.replace(tiny, steps=6), command="x")
     yield "grokking/sweep_wd", "tiny", lambda: G.sweep(
         dataclasses.replace(plan, weight_decays=(0.1, 1.0), arms=("adamw",), out=str(tmp / "gw.json")),

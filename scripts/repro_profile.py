@@ -80,7 +80,7 @@ def _child(task: str, overrides: dict) -> dict:
     if task == "grokking":
         from stiefel_mini.experiments import grokking as G
 
-        cfg = dataclasses.replace(G.PRESETS["long"], eval_every=1, progress=False, **overrides)
+        cfg = dataclasses.replace(G.PLANS["long"], eval_every=1, progress=False, **overrides)
         h = G.run(cfg)["history"]
         return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"],
                 "val_acc": h["val_acc"], "dist_q": h["dist_q"]}

@@ -12,7 +12,7 @@ import torch
 from stiefel_mini import evidence
 from stiefel_mini.experiments import grokking as G
 from stiefel_mini.experiments.config import ConfigError, parse_config
-from stiefel_mini.experiments.records import load_results, save_results
+from stiefel_mini.experiments.records import config_from_dict, load_results, save_results
 from stiefel_mini.geometry import orthogonality_error
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "grokking" / "cpu.json"
@@ -42,8 +42,7 @@ PROFILED_STEPS = 100
 
 
 def _config(stored: dict) -> G.GrokkingConfig:
-    fields = {f.name for f in dataclasses.fields(G.GrokkingConfig)}
-    return G.GrokkingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in fields})
+    return config_from_dict(G.GrokkingConfig, stored)
 
 
 def _assert_reproduces(again: dict, stored: dict, label: str) -> None:
@@ -151,8 +150,8 @@ def test_drops_count_ten_point_falls_after_first_reaching_95():
 
 
 def test_round2_arms_share_initialisation_and_matched_temperature():
-    cfg = G.PRESETS["tiny"]
-    models = {arm: G.build_model(dataclasses.replace(cfg, arm=arm)) for arm in G.ROUND2_ARMS}
+    cfg = G.PLANS["tiny"]
+    models = {arm: G.build_model(dataclasses.replace(cfg, arm=arm)) for arm in G.STUDY_ARMS}
     ref = dict(models["adamw"].named_parameters())
     for arm, model in models.items():
         for name, p in model.named_parameters():
@@ -171,12 +170,12 @@ def test_round2_arms_share_initialisation_and_matched_temperature():
 
 
 def test_run_logs_logits_norms_and_scale():
-    h = G.run(dataclasses.replace(G.PRESETS["tiny"], arm="stiefel_learned", steps=10))["history"]
+    h = G.run(dataclasses.replace(G.PLANS["tiny"], arm="stiefel_learned", steps=10))["history"]
     assert len(h["max_logit"]) == len(h["step"]) == len(h["weight_norm"]) == len(h["scale"])
     assert all(m >= r > 0 for m, r in zip(h["max_logit"], h["logit_rms"]))
-    assert h["weight_norm"][0]["attn.w_q"] == pytest.approx(math.sqrt(G.PRESETS["tiny"].d_model), rel=1e-5)
+    assert h["weight_norm"][0]["attn.w_q"] == pytest.approx(math.sqrt(G.PLANS["tiny"].d_model), rel=1e-5)
     assert h["scale"][-1] != h["scale"][0]  # the temperature is learned
-    u = G.run(dataclasses.replace(G.PRESETS["tiny"], arm="uniform", steps=5))["history"]
+    u = G.run(dataclasses.replace(G.PLANS["tiny"], arm="uniform", steps=5))["history"]
     assert u["max_logit"][0] is None
 
 
@@ -250,8 +249,8 @@ def test_sweep_writes_incrementally_and_resumes(tmp_path):
 
 
 def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
-    base = G.PRESETS["tiny"]
-    scfg = dataclasses.replace(G.SWEEP_PLANS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
+    base = G.PLANS["tiny"]
+    scfg = dataclasses.replace(G.SWEEPS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
                                out=str(tmp_path / "wd.json"))
     payload = G.sweep(scfg, dataclasses.replace(base, steps=6), command="wd")
     assert [(r["weight_decay"], r["arm"]) for r in payload["runs"]] == [(0.1, "adamw"), (1.0, "adamw")]
@@ -262,13 +261,13 @@ def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
         G.runs_by_arm(payload)
     again = G.sweep(scfg, dataclasses.replace(base, steps=6), command="again")  # nothing left to run
     assert again["runs"] == load_results(scfg.out)["runs"]
-    with pytest.raises(ValueError, match="another base config"):
+    with pytest.raises(ValueError, match="other settings"):
         G.sweep(scfg, dataclasses.replace(base, steps=7))
 
 
 def test_weight_decay_sweep_copies_runs_it_can_reuse(tmp_path):
-    base = dataclasses.replace(G.PRESETS["tiny"], steps=6)
-    plan = dataclasses.replace(G.SWEEP_PLANS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
+    base = dataclasses.replace(G.PLANS["tiny"], steps=6)
+    plan = dataclasses.replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
     src = G.sweep(dataclasses.replace(plan, arms=("adamw", "frozen_learned"), seeds=(0, 1),
                                       out=str(tmp_path / "long.json")), base, command="long")
     wd_plan = dataclasses.replace(plan, weight_decays=(0.1, base.weight_decay), out=str(tmp_path / "wd.json"),
@@ -289,8 +288,8 @@ def test_weight_decay_sweep_copies_runs_it_can_reuse(tmp_path):
 
 
 def test_merge_results_of_parallel_sweeps(tmp_path):
-    base = dataclasses.replace(G.PRESETS["tiny"], steps=6)
-    plan = dataclasses.replace(G.SWEEP_PLANS["tiny"], arms=("adamw", "stiefel_learned"))
+    base = dataclasses.replace(G.PLANS["tiny"], steps=6)
+    plan = dataclasses.replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"))
     a = G.sweep(dataclasses.replace(plan, seeds=(0,), out=str(tmp_path / "a.json")), base, command="a")
     b = G.sweep(dataclasses.replace(plan, seeds=(1,), out=str(tmp_path / "b.json")), base, command="b")
     merged = G.merge_results([a, b])
