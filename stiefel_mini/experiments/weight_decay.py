@@ -47,7 +47,7 @@ from torch import Tensor, nn
 
 from stiefel_mini.attention import entropy, make_attention
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer
-from stiefel_mini.experiments.config import cli, parse_cli
+from stiefel_mini.experiments.runner import cli, parse_cli
 from stiefel_mini.experiments.readouts import fingerprint, max_change, widget_readouts
 from stiefel_mini.experiments.records import config_dict, provenance, save_results
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
