@@ -207,7 +207,7 @@ def test_sweep_writes_incrementally_and_resumes(tiny_root, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Round 2: fixed steps, lr grids, attention statistics, resumable plans
+# The studies: fixed steps, lr grids, attention statistics, resumable plans
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -312,7 +312,7 @@ def test_tiny_set_run_reproduces_the_profiled_run():
         assert h[key] == pytest.approx(ref[key], rel=REL_TOL), key
 
 
-def test_round2_files_reproduce_their_repro_run():
+def test_study_files_reproduce_their_repro_run():
     """Re-run the short tiny-set run each committed sweep file stores first (its first grid point)."""
     paths = sorted(REPRO_FILE.parent.glob("r[0-9]_*.json"))
     assert any(json.loads(p.read_text())["repro"]["arm"] == "A1" for p in paths), "no StiefelAdam repro record"

@@ -149,7 +149,7 @@ def test_drops_count_ten_point_falls_after_first_reaching_95():
     assert G.first_step([0, 1], [0.1, 0.2], 0.5) is None
 
 
-def test_round2_arms_share_initialisation_and_matched_temperature():
+def test_study_arms_share_initialisation_and_matched_temperature():
     cfg = G.PLANS["tiny"]
     models = {arm: G.build_model(dataclasses.replace(cfg, arm=arm)) for arm in G.STUDY_ARMS}
     ref = dict(models["adamw"].named_parameters())
@@ -327,8 +327,8 @@ def test_first_updates_reproduce_the_profiled_run():
                                    rtol=EARLY_RTOL, atol=0.0, msg=key)
 
 
-def test_reproduces_round2_results():
-    """Re-run the short repro run each committed round-2 file stores first (so partial files have it)."""
+def test_reproduces_the_studies_results():
+    """Re-run the short repro run each committed study file stores first (so partial files have it)."""
     for path in sorted(RESULTS.parent.glob("r2_*.json")):
         repro = load_results(path)["repro"]
         cfg = dataclasses.replace(_config(repro["config"]), progress=False)
@@ -337,7 +337,7 @@ def test_reproduces_round2_results():
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="no committed grokking results")
 def test_reproduces_committed_results():
-    """Re-run the stored repro run of the round-1 sweep (its first PROFILED_STEPS steps: the lr is
+    """Re-run the stored repro run of the cpu sweep (its first PROFILED_STEPS steps: the lr is
     constant, so they are those of the stored run); it must match the stored record and the committed
     full-length run of the same arm and seed wherever they share an evaluation."""
     results = load_results(RESULTS)
