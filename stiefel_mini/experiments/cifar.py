@@ -43,7 +43,7 @@ __all__ = ["ALL_ARMS", "CifarConfig", "PLANS", "STUDIES", "REPRO_TINY_SET", "sto
            "sweep_settings", "resolve_device", "stream", "build_model", "train_indices", "fixed_subset", "lr_factor",
            "evaluate", "train_step", "attention_stats", "qk_vector", "run", "run_key", "groups", "summary_table",
            "load_studies", "study_status", "sweep", "merge_results", "tiny_set", "tiny_set_run", "repro_record",
-           "main"]
+           "parse_args", "main"]
 
 
 def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
@@ -173,11 +173,16 @@ def tiny_set_run(cfg: CifarConfig) -> dict:
     return {**history, "repro_steps": cfg.repro_steps}
 
 
+def parse_args(argv: Sequence[str]) -> tuple[CifarConfig, str]:
+    """``(config, plan name)`` of a command line: ``[--preset NAME] [--field value ...]``."""
+    cfg, _, preset = parse_cli(CifarConfig, list(argv), presets=PLANS, default_preset="cpu",
+                               usage="python -m stiefel_mini.experiments.cifar [--preset NAME] [--field value ...]")
+    return cfg, preset
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     """``--preset NAME`` (a plan of :data:`PLANS`; default cpu), then ``--field value`` overrides."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    cfg, _, preset = parse_cli(CifarConfig, argv, presets=PLANS, default_preset="cpu",
-                               usage="python -m stiefel_mini.experiments.cifar [--preset NAME] [--field value ...]")
+    cfg, preset = parse_args(sys.argv[1:] if argv is None else argv)
     if preset == "repro":
         return repro_record(cfg)
     try:

@@ -56,7 +56,8 @@ from stiefel_mini.geometry import orthogonality_error
 __all__ = ["ARM_NAMES", "STUDY_ARMS", "GrokkingConfig", "PLANS", "SweepConfig", "SWEEPS", "modular_table",
            "make_dataset", "GrokkingTransformer", "build_model", "last_logits", "match_logit_scale", "first_step",
            "collapses", "drops", "metrics", "stored_metrics", "recount", "subsample", "runs_by_arm", "seed_runs",
-           "curve_bands", "run", "repro_record", "run_key", "reusable_runs", "sweep", "merge_results", "main"]
+           "curve_bands", "run", "repro_record", "run_key", "reusable_runs", "sweep", "merge_results", "parse_args",
+           "main"]
 
 
 def run(cfg: GrokkingConfig) -> dict:
@@ -268,6 +269,20 @@ def _check_arm(arm: str) -> None:
         raise ConfigError(f"--arm(s): {err}") from None
 
 
+def parse_args(argv: Sequence[str]) -> tuple:
+    """``(sweep config, base config)`` of ``sweep [--plan NAME] [--field value ...]``, else
+    ``(config, out)`` of ``[--preset NAME] [--out PATH] [--field value ...]``; arms are checked."""
+    argv = list(argv)
+    if argv and argv[0] == "sweep":
+        scfg, base = parse_sweep_cli(SweepConfig, GrokkingConfig, argv[1:], plans=SWEEPS, presets=PLANS)
+        for arm in scfg.arms:
+            _check_arm(arm)
+        return scfg, base
+    cfg, out, _ = parse_cli(GrokkingConfig, argv, presets=PLANS, default_preset="cpu")
+    _check_arm(cfg.arm)
+    return cfg, out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """CLI: ``[sweep [--plan NAME]] [--preset NAME] [--field value ...] [--out PATH]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -282,17 +297,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{path}: metrics of {recount(path)} run(s) rewritten from the stored histories")
         return
     if argv and argv[0] == "sweep":
-        scfg, base = parse_sweep_cli(SweepConfig, GrokkingConfig, argv[1:], plans=SWEEPS, presets=PLANS)
-        for arm in scfg.arms:
-            _check_arm(arm)
+        scfg, base = parse_args(argv)
         try:
             payload = sweep(scfg, base)
         except ValueError as err:  # a results file of another config: say so in one line
             raise SystemExit(f"error: {err}") from None
         print(f"wrote {scfg.out}: {len(payload['runs'])} runs")
         return
-    cfg, out, _ = parse_cli(GrokkingConfig, argv, presets=PLANS, default_preset="cpu")
-    _check_arm(cfg.arm)
+    cfg, out = parse_args(argv)
     result = run(cfg)
     m = result["metrics"]
     print(f"{cfg.arm} seed {cfg.seed}: val95 at {m['steps_to_val95']}, val99 at {m['steps_to_val99']}, "
