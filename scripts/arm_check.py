@@ -28,7 +28,7 @@ import torch
 
 SKIP = {"provenance", "provenance_previous", "provenance_merged", "wall_time_s", "train_seconds",
         "images_per_second", "ms_per_step", "timestamp_utc", "git_commit", "git_dirty", "command", "out",
-        "data_dir", "module", "init", "reuse", "copied_from"}
+        "data_dir", "reuse", "copied_from"}
 
 
 def flatten(obj: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
