@@ -35,7 +35,7 @@ SECTION = "## Training throughput"
 class ThroughputConfig:
     """Which model setting to time, and how."""
 
-    preset: str = "cpu"  # a model setting of stiefel_mini.experiments.cifar.PRESETS ("cpu" or "gpu")
+    preset: str = "cpu"  # a model setting of stiefel_mini.experiments.cifar.PLANS ("cpu" or "gpu")
     arms: tuple[str, ...] = ("A0", "A1")  # the first is the reference of the ratio
     rounds: int = 7
     steps: int = 20  # timed steps per arm and round
@@ -54,7 +54,7 @@ def sync(device: torch.device) -> None:
 def measure(cfg: ThroughputConfig) -> dict:
     """Images/s of each arm per round, the per-round ratios to the first arm and their median."""
     set_threads(cfg.threads)
-    model_cfg = dataclasses.replace(cifar.PRESETS[cfg.preset], device=cfg.device)
+    model_cfg = dataclasses.replace(cifar.PLANS[cfg.preset], device=cfg.device)
     device = cifar.resolve_device(model_cfg.device)
     autocast = model_cfg.bf16 and device.type == "cuda"
     bs = model_cfg.batch_size

@@ -80,13 +80,13 @@ def _child(task: str, overrides: dict) -> dict:
     if task == "grokking":
         from stiefel_mini.experiments import grokking as G
 
-        cfg = dataclasses.replace(G.PRESETS["long"], eval_every=1, progress=False, **overrides)
+        cfg = dataclasses.replace(G.PLANS["long"], eval_every=1, progress=False, **overrides)
         h = G.run(cfg)["history"]
         return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"],
                 "val_acc": h["val_acc"], "dist_q": h["dist_q"]}
     from stiefel_mini.experiments import cifar as C
 
-    cfg = dataclasses.replace(C.ROUND2_PLANS["r3_mechanism"], log_every=1, repro_steps=overrides.pop("steps"),
+    cfg = dataclasses.replace(C.PLANS["r3_mechanism"], log_every=1, repro_steps=overrides.pop("steps"),
                               **overrides)
     h = C.tiny_set_run(cfg)
     return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"], "qk_step": h["qk_step"], "test_acc": h["test_acc"]}

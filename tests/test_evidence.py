@@ -264,7 +264,7 @@ SUMMARISED = [p for p in sorted((ROOT / "results" / "cifar").glob("*.json")) if 
 
 @pytest.mark.parametrize("path", SUMMARISED, ids=lambda p: p.name)
 def test_cifar_summaries_recount_from_the_stored_runs(path):
-    """Each stored summary row recounts from the stored runs (files of round 1 store fewer fields).
+    """Each stored summary row recounts from the stored runs (the cpu files store fewer fields).
 
     The stored t intervals were written with an earlier t quantile (bisection of a continued-fraction
     CDF, off by up to 2e-4 relative at 2 degrees of freedom), so ``diff_ci_pp`` agrees to 1e-3.

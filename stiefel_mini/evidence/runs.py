@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from stiefel_mini.experiments.cifar_results import groups, run_key
 from stiefel_mini.resources import results_path
 
 __all__ = ["load", "run_key", "by_seed", "lr_curves", "at_best_lr", "fitted_check", "held_out_best"]
@@ -38,24 +39,6 @@ def load(name: str, root: str | Path | None = None) -> dict | None:
         if not path.is_file():
             return None
     return json.loads(path.read_text())
-
-
-def run_key(h: dict) -> tuple:
-    """(train_fraction, seed, arm, lr, frame_lr) of a run, for resuming and pairing.
-
-    Runs written before round 2 hold no ``lr`` / ``frame_lr``: their key has ``None`` there, and
-    :func:`sweep` fills in the file's own settings (a file holds one setting of each then).
-    """
-    return (float(h["train_fraction"]), int(h["seed"]), str(h["arm"]), h.get("lr"), h.get("frame_lr"))
-
-
-def groups(runs: list[dict]) -> dict[tuple, dict[int, dict]]:
-    """Runs by ``(train_fraction, arm, lr, frame_lr)`` (first-seen order), each ``{seed: run}``."""
-    out: dict[tuple, dict[int, dict]] = {}
-    for h in runs:
-        frac, seed, arm, lr, frame_lr = run_key(h)
-        out.setdefault((frac, arm, lr, frame_lr), {})[seed] = h
-    return out
 
 
 def _mean(xs: list) -> float | None:

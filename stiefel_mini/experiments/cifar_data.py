@@ -28,18 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-CLASSES = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
+CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 """CIFAR-10's label order; sorted folder names give exactly this order."""
 
 # Channel statistics of the original CIFAR-10 training split, used by every source so that a
@@ -81,13 +70,8 @@ class Cifar10:
 
     def to(self, device: torch.device | str) -> "Cifar10":
         """Move all four tensors (still uint8) to ``device``; 60k images are 184 MB."""
-        return Cifar10(
-            self.train_x.to(device),
-            self.train_y.to(device),
-            self.test_x.to(device),
-            self.test_y.to(device),
-            self.source,
-        )
+        tensors = (self.train_x, self.train_y, self.test_x, self.test_y)
+        return Cifar10(*(t.to(device) for t in tensors), self.source)
 
 
 def cache_dir() -> Path:

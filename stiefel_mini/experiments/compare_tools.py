@@ -12,12 +12,12 @@ batches and runs the same number of steps at the same learning rate:
 * ``torch_orthogonal``: ``torch.nn.utils.parametrizations.orthogonal`` (Householder map for
   non-square matrices), trained with ``torch.optim.AdamW``.
 * ``geotorch``: ``geotorch.orthogonal`` (matrix exponential, dynamic trivialization), with AdamW.
-* ``muon``: :class:`Muon`, momentum orthogonalised by a Newton-Schulz iteration; the weights
-  themselves are not constrained.
+* ``muon``: :class:`~stiefel_mini.experiments.reference_optimizers.Muon`, momentum orthogonalised by
+  a Newton-Schulz iteration; the weights themselves are not constrained.
 * ``adamw``: ``torch.optim.AdamW`` on unconstrained weights, for reference.
 
-The second half of the module executes what weight decay does to an orthogonal weight under each
-library (:func:`torch_orthogonal_decay`, :func:`geotorch_decay`, :func:`geoopt_decay`).
+What weight decay does to an orthogonal weight under each library is in
+:mod:`stiefel_mini.experiments.orthogonal_decay`.
 
 ``run(cfg)`` trains one tool (``cfg.tool``); ``sweep(cfg)`` gives one row per tool of ``cfg.tools``.
 CLI: ``python -m stiefel_mini.experiments.compare_tools --steps 40 --weight_decay 0.1``.
@@ -40,13 +40,13 @@ import torch
 from torch import Tensor, nn
 
 from stiefel_mini.experiments.arms import make_optimizer
-from stiefel_mini.experiments.config import cli, parse_cli
 from stiefel_mini.experiments.records import provenance, save_results
-from stiefel_mini.experiments.runtime import generator, progress, stream_seed
+from stiefel_mini.experiments.reference_optimizers import Muon
+from stiefel_mini.experiments.runner import cli, parse_cli
+from stiefel_mini.experiments.runtime import generator, progress
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 
-__all__ = ["TOOLS", "ToolConfig", "QKAttention", "Muon", "newton_schulz", "run", "sweep", "format_table",
-           "torch_orthogonal_decay", "geotorch_decay", "geoopt_decay", "main"]
+__all__ = ["TOOLS", "ToolConfig", "QKAttention", "run", "sweep", "format_table", "main"]
 
 TOOLS = ("stiefel_mini", "geoopt", "torch_orthogonal", "geotorch", "muon", "adamw")
 """The libraries compared (tools, not arms: each is used through its own API)."""
@@ -95,53 +95,6 @@ class QKAttention(nn.Module):
         q, k = xh @ self.w_q, xh @ self.w_k  # (B, H, T, p)
         attn = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)  # (B, H, T, T)
         return (attn @ xh).mean(dim=1)  # (B, T, d)
-
-
-def newton_schulz(G: Tensor, steps: int = 5) -> Tensor:
-    """Approximate orthogonal polar factor ``U V^T`` of ``G = U S V^T`` by a quintic iteration.
-
-    ``X <- a X + (b A + c A^2) X`` with ``A = X X^T``, from ``X = G / ||G||_F``, on the wide
-    orientation (fewer rows) so that ``A`` is the small Gram matrix. The coefficients
-    ``(a, b, c) = (3.4445, -4.7750, 2.0315)`` push every singular value into roughly [0.7, 1.2]
-    in five steps rather than converging exactly, which is all an update direction needs.
-
-    Shapes: ``(..., r, c)`` -> ``(..., r, c)``. Reference: Jordan et al. (2024), "Muon".
-    """
-    a, b, c = 3.4445, -4.7750, 2.0315
-    tall = G.shape[-2] > G.shape[-1]
-    X = G.mT if tall else G  # (..., min, max)
-    X = X / (torch.linalg.matrix_norm(X, keepdim=True) + 1e-7)
-    for _ in range(steps):
-        A = X @ X.mT  # (..., min, min)
-        X = a * X + (b * A + c * A @ A) @ X
-    return X.mT if tall else X
-
-
-class Muon(torch.optim.Optimizer):
-    """Muon: SGD with Nesterov momentum whose update is orthogonalised per matrix.
-
-    ``B <- mu B + G``, ``O = NS(G + mu B)``, ``W <- (1 - lr wd) W - lr sqrt(max(1, r/c)) O`` for each
-    ``(..., r, c)`` matrix, with ``NS`` the Newton-Schulz iteration :func:`newton_schulz`. The
-    weights are not kept on any manifold: it is the *step* that is (nearly) orthogonal.
-
-    Reference: Jordan et al. (2024), "Muon: an optimizer for hidden layers in neural networks";
-    decoupled weight decay as in Liu et al. (2025), "Muon is scalable for LLM training".
-    """
-
-    def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, weight_decay: float = 0.0) -> None:
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            lr, mu, wd = group["lr"], group["momentum"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
-                buf.mul_(mu).add_(p.grad)
-                update = newton_schulz(p.grad + mu * buf)
-                p.mul_(1 - lr * wd).add_(update, alpha=-lr * max(1.0, p.shape[-2] / p.shape[-1]) ** 0.5)
 
 
 def _setup(tool: str, model: QKAttention, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -289,131 +242,6 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         save_results(out, {"experiment": "compare_tools", "provenance": provenance(cfg, [cfg.seed]), "rows": rows})
         print(f"wrote {out}")
     return rows
-
-
-# ----------------------------------------------------------------------------------------------------
-# Weight decay under the other ways of keeping weights orthogonal
-# ----------------------------------------------------------------------------------------------------
-
-
-def _demo_data(d_in: int, n: int = 32, seed: int = 0) -> Tensor:
-    """``n`` Gaussian inputs of size ``d_in`` from the ``"data"`` stream of ``seed``."""
-    return torch.randn(n, d_in, generator=generator(seed, "data"))
-
-
-def torch_orthogonal_decay(out_features: int = 64, in_features: int = 256, steps: int = 3,
-                           lr: float = 1e-3, weight_decay: float | None = None,
-                           orthogonal_map: str | None = None, seed: int = 0) -> dict[str, Any]:
-    """``nn.Linear(in, out)`` under ``torch.nn.utils.parametrizations.orthogonal`` trained by
-    ``torch.optim.AdamW`` (``weight_decay=None``: AdamW's default, 0.01) on ``||W x||^2``.
-
-    Returns per step (0 = before training): ``norm`` (``||W||_F``), ``orth`` (``||W W^T - I||_F``),
-    ``diag`` (the stored diagonal of the parametrization's unconstrained matrix, for the Householder
-    map; ``None`` otherwise) and the map used.
-    """
-    from torch.nn.utils.parametrizations import orthogonal
-
-    torch.manual_seed(stream_seed(seed, "init"))  # nn.Linear and the parametrization draw globally
-    lin = nn.Linear(in_features, out_features, bias=False)
-    orthogonal(lin, orthogonal_map=orthogonal_map)
-    kwargs = {} if weight_decay is None else {"weight_decay": weight_decay}
-    opt = torch.optim.AdamW(lin.parameters(), lr=lr, **kwargs)
-    x = _demo_data(in_features, seed=seed)
-    param = lin.parametrizations.weight[0]
-    used = param.orthogonal_map.name
-    out: dict[str, Any] = {"map": used, "weight_decay": opt.param_groups[0]["weight_decay"],
-                           "norm": [], "orth": [], "diag": []}
-
-    def record():
-        with torch.no_grad():
-            W = lin.weight
-            out["norm"].append(torch.linalg.matrix_norm(W).item())
-            out["orth"].append(orthogonality_error(W).item())
-            X = lin.parametrizations.weight.original
-            out["diag"].append(X.diagonal().tolist()[:4] if used == "householder" else None)
-
-    record()
-    for _ in range(steps):
-        loss = lin(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        record()
-    return out
-
-
-def geotorch_decay(out_features: int = 16, in_features: int = 64, steps: int = 50,
-                   lr: float = 1e-2, weight_decay: float = 1.0, seed: int = 0) -> dict[str, Any]:
-    """What decoupled weight decay alone does to a ``geotorch.orthogonal`` weight.
-
-    ``geotorch`` writes ``W = phi_B(X)``: an unconstrained matrix X mapped onto the manifold around a
-    base point ``B = phi_B(0)``. First the weight is moved away from B (30 AdamW steps, no decay, on
-    ``-<W, T>`` for a random frame T); then a fresh ``AdamW(weight_decay=...)`` takes ``steps`` steps
-    with zero gradients, so its Adam update is exactly zero and only the decay ``X <- (1 - lr wd) X``
-    acts. Returns per recorded step ``dist_to_base`` (``||W - B||_F``), ``x_norm`` (``||X||_F``) and
-    ``orth`` (``||W W^T - I||_F``), with ``steps_recorded``.
-    """
-    import geotorch
-
-    torch.manual_seed(stream_seed(seed, "init"))  # geotorch samples its start from the global generator
-    T = random_stiefel(out_features, in_features, generator=generator(seed, "target"))
-    lin = nn.Linear(in_features, out_features, bias=False)
-    geotorch.orthogonal(lin, "weight")
-    P = lin.parametrizations.weight
-    opt = torch.optim.AdamW(lin.parameters(), lr=0.05, weight_decay=0.0)
-    for _ in range(30):
-        loss = -(lin.weight * T).sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    out: dict[str, Any] = {"weight_decay": weight_decay, "lr": lr, "steps_recorded": [],
-                           "dist_to_base": [], "x_norm": [], "orth": []}
-    decay = torch.optim.AdamW(lin.parameters(), lr=lr, weight_decay=weight_decay)
-    for step in range(steps + 1):
-        if step % max(1, steps // 5) == 0 or step == steps:
-            with torch.no_grad():
-                W = lin.weight
-                base = P[0](torch.zeros_like(P.original))  # B = phi_B(0)
-                out["steps_recorded"].append(step)
-                out["dist_to_base"].append(torch.linalg.matrix_norm(W - base).item())
-                out["x_norm"].append(torch.linalg.matrix_norm(P.original).item())
-                out["orth"].append(orthogonality_error(W).item())
-        if step == steps:
-            break
-        P.original.grad = torch.zeros_like(P.original)  # no loss: only the decay moves X
-        decay.step()
-    return out
-
-
-def geoopt_decay(n: int = 256, p: int = 64, lr: float = 1e-2, weight_decay: float = 0.1,
-                 seed: int = 0) -> dict[str, Any]:
-    """One ``geoopt.optim.RiemannianAdam`` step on a ``ManifoldParameter`` on ``geoopt.Stiefel``.
-
-    Returns: ``grad_rewritten`` (``max |p.grad_after - p.grad_before|`` and its distance from
-    ``weight_decay * W``), ``same_point`` (``max |W(wd) - W(0)|`` after the step: the decay is
-    projected away), and ``accumulated`` (after two ``backward`` calls without ``zero_grad``,
-    how far ``p.grad`` is from the sum of the two true gradients).
-    """
-    import geoopt
-
-    g = generator(seed, "init")
-    W0 = random_stiefel(n, p, generator=g, dtype=torch.float64)
-    G = torch.randn(n, p, generator=g, dtype=torch.float64)
-    result: dict[str, Any] = {"weight_decay": weight_decay}
-    finals = {}
-    for wd in (0.0, weight_decay):
-        param = geoopt.ManifoldParameter(W0.clone(), manifold=geoopt.Stiefel())
-        opt = geoopt.optim.RiemannianAdam([param], lr=lr, weight_decay=wd)
-        (param * G).sum().backward()
-        before = param.grad.clone()
-        opt.step()
-        after = param.grad.clone()
-        finals[wd] = param.detach().clone()
-        if wd:
-            result["grad_change"] = (after - before).abs().max().item()
-            result["grad_change_minus_wdW"] = (after - before - wd * W0).abs().max().item()
-    result["max_change_from_decay"] = (finals[weight_decay] - finals[0.0]).abs().max().item()
-    return result
 
 
 if __name__ == "__main__":

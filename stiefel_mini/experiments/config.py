@@ -5,6 +5,8 @@ line. :func:`parse_config` type-checks ``--field value`` overrides against the d
 annotations; :func:`parse_cli` adds the two options every experiment shares, ``--preset NAME`` (the
 base config, from the experiment's presets) and ``--out PATH`` (the results file), and ``--help``;
 :func:`cli` runs a ``main`` so that a bad option ends in one line naming the field, not a traceback.
+:func:`split_argv` sorts the tokens of a command line between two configs, for a sweep's command
+line (:func:`stiefel_mini.experiments.runner.parse_sweep_cli`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import types
 import typing
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["ConfigError", "parse_config", "config_help", "parse_cli", "preset", "split_argv", "cli"]
+__all__ = ["ConfigError", "parse_config", "config_help", "parse_cli", "split_argv", "cli"]
 
 
 class ConfigError(ValueError):
@@ -169,7 +171,7 @@ def parse_config(cls: type, argv: Sequence[str] | None = None, base: Any = None)
     return cls(**values)
 
 
-def preset(presets: Mapping[str, Any], name: str) -> Any:
+def _preset(presets: Mapping[str, Any], name: str) -> Any:
     """``presets[name]``, or a :class:`ConfigError` listing the presets."""
     if name not in presets:
         raise ConfigError(f"--preset: expected one of {sorted(presets)}, got {name!r}")
@@ -209,7 +211,7 @@ def parse_cli(cls: type, argv: Sequence[str] | None = None, *, presets: Mapping[
         raise SystemExit(0)
     name, argv = _pop(argv, "preset") if presets is not None else (None, argv)
     name = name or default_preset
-    base = preset(presets, name) if (presets is not None and name is not None) else None
+    base = _preset(presets, name) if (presets is not None and name is not None) else None
     has_out = "out" in {f.name for f in dataclasses.fields(cls)}
     out = None
     if not has_out:

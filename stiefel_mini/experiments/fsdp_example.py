@@ -20,12 +20,13 @@ runs 2-rank CPU trainings beside unsharded ones and reports how far apart they e
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import socket
+import sys
 import tempfile
 import warnings
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Sequence
 
@@ -35,14 +36,28 @@ import torch.nn.functional as F
 from torch import nn
 
 from stiefel_mini.attention import frame_parameters, param_groups
+from stiefel_mini.experiments.runner import cli, parse_cli
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.optim import StiefelAdam
 from stiefel_mini.vit import PatchViT
 
-__all__ = ["make_model", "shard", "make_optimizer", "batch", "train", "save_checkpoint", "load_checkpoint",
+__all__ = ["FsdpConfig", "make_model", "shard", "make_optimizer", "batch", "train", "save_checkpoint", "load_checkpoint",
            "full_parameters", "compare_to_unsharded", "main"]
 
 IMAGE_SIZE, PATCH_SIZE, N_CLASSES, DATA_SIZE = 16, 4, 10, 512
+
+
+@dataclass
+class FsdpConfig:
+    """The command line's run: model size, steps, and the checkpoint folders (dashes or underscores)."""
+
+    steps: int = 20  # train until this step count
+    batch_size: int = 32  # global batch, split between ranks
+    heads: int = 4
+    d_model: int = 32
+    depth: int = 2
+    save: str | None = None  # write a sharded checkpoint to this folder at the end
+    resume: str | None = None  # continue from the checkpoint in this folder (any world size)
 
 
 def make_model(n_heads: int = 4, d_model: int = 32, depth: int = 2, seed: int = 0, device: str = "cpu") -> PatchViT:
@@ -166,15 +181,8 @@ def _init_distributed() -> tuple[int, int, str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The CLI (see the module docstring); returns rank 0's losses and the frames' orthogonality error."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=20, help="train until this step count")
-    ap.add_argument("--batch-size", type=int, default=32, help="global batch, split between ranks")
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--d-model", type=int, default=32)
-    ap.add_argument("--depth", type=int, default=2)
-    ap.add_argument("--save", help="write a sharded checkpoint to this folder at the end")
-    ap.add_argument("--resume", help="continue from the checkpoint in this folder (any world size)")
-    args = ap.parse_args(argv)
+    args, _, _ = parse_cli(FsdpConfig, list(sys.argv[1:] if argv is None else argv),
+                           usage="torchrun --nproc_per_node N -m stiefel_mini.experiments.fsdp_example [--field value ...]")
     distributed = "WORLD_SIZE" in os.environ or dist.is_initialized()
     rank, world, device, mesh = _init_distributed() if distributed else (0, 1, "cpu", None)
     model = make_model(args.heads, args.d_model, args.depth, device=device)
@@ -274,4 +282,4 @@ def compare_to_unsharded(heads: Sequence[int] = (4, 3), world: int = 2, steps: i
 
 
 if __name__ == "__main__":
-    main()
+    cli(main)

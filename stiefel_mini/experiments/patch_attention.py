@@ -36,7 +36,7 @@ from torch import Tensor
 
 from stiefel_mini.attention import StiefelSelfAttention, make_attention
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer
-from stiefel_mini.experiments.config import cli, parse_cli
+from stiefel_mini.experiments.runner import cli, parse_cli
 from stiefel_mini.experiments.records import provenance, save_results
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
 

@@ -1,22 +1,26 @@
-"""Readouts of a stored weight-decay history: what the weight-decay widget shows, with no training code.
+"""Readouts of a stored weight-decay history: its summary and what the widget shows, no training code.
 
 :func:`max_change` (how far decay moved ``W_Q``, ``W_K`` from the run without it), :func:`fingerprint`
-(a short hash of the frames' bits) and :func:`widget_readouts` (the numbers of one widget frame), read
-from a :func:`stiefel_mini.experiments.weight_decay.sweep` history. The widgets
+(a short hash of the frames' bits), :func:`frames_identical`, :func:`summary_table` beside the
+random-walk prediction :func:`equilibrium_angle`, and :func:`widget_readouts` (the numbers of one
+widget frame), read from a :func:`stiefel_mini.experiments.weight_decay.sweep` history. The widgets
 (:mod:`stiefel_mini.widgets`) import these, not the experiment that writes the history.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from stiefel_mini.attention import entropy
+from stiefel_mini.experiments.arms import arm_spec
 
-__all__ = ["max_change", "fingerprint", "widget_readouts"]
+__all__ = ["max_change", "fingerprint", "frames_identical", "momentum_factor", "equilibrium_angle", "summary_table",
+           "widget_readouts"]
 
 
 def max_change(history: dict[str, Any], arm: str, i_wd: int, i_snap: int = -1) -> float:
@@ -51,3 +55,47 @@ def widget_readouts(history: dict[str, Any], i_wd: int, i_snap: int) -> dict[str
             "fingerprint": fingerprint(s["w_q"][i_snap], s["w_k"][i_snap]),
         }
     return out
+
+
+def frames_identical(history: dict[str, Any], arm: str = "stiefel") -> bool:
+    """Whether the final ``W_Q`` and ``W_K`` of ``arm`` are bitwise identical across all decays."""
+    finals = [r["final"] for r in history["runs"][arm]]
+    return all(torch.equal(f["w_q"], finals[0]["w_q"]) and torch.equal(f["w_k"], finals[0]["w_k"])
+               for f in finals)
+
+
+def momentum_factor(beta1: float) -> float:
+    """``sqrt((1 - beta1) / (1 + beta1))``: the RMS of Adam's ``m_hat / sqrt(v_hat)`` per entry when
+    the gradients are independent noise (the average of ``1/(1-beta1)`` noisy steps partly cancels)."""
+    return math.sqrt((1 - beta1) / (1 + beta1))
+
+
+def equilibrium_angle(cfg: Any, arm: str, wd: float) -> float:
+    """The angular update per step that the random-walk model predicts.
+
+    AdamW on scale-invariant weights (Kosson et al. 2024): ``sqrt(2 lr wd (1 - beta1) / (1 + beta1))``,
+    which is ``sqrt(2 lr wd)`` without momentum. StiefelAdam: a step of Frobenius length
+    ``frame_lr * rho`` (``rho`` = :func:`momentum_factor`) on a frame of norm ``sqrt(d_head)``, i.e.
+    ``frame_lr * rho / sqrt(d_head)`` whatever the decay.
+    """
+    rho = momentum_factor(cfg.betas[0])
+    if arm_spec(arm).qk == "stiefel":
+        return cfg.frame_lr * rho / math.sqrt(cfg.d_head)
+    return math.sqrt(2 * cfg.lr * wd) * rho
+
+
+def summary_table(history: dict[str, Any], last: int = 5) -> list[dict[str, Any]]:
+    """One row per (arm, decay): final norms, logit range, entropy, accuracy, and the angular update
+    per step averaged over the last ``last`` records beside :func:`equilibrium_angle`."""
+    cfg = history["config"]
+    rows = []
+    for arm, recs in history["runs"].items():
+        for wd, r in zip(cfg.weight_decays, recs):
+            angle = sum(r["angle_q"][-last:]) / len(r["angle_q"][-last:])
+            ref = equilibrium_angle(cfg, arm, wd)
+            rows.append({"arm": arm, "weight_decay": wd, "norm_q": r["norm_q"][-1],
+                         "norm_k": r["norm_k"][-1], "logit_absmax": r["logit_absmax"][-1],
+                         "entropy": r["entropy"][-1], "acc": r["acc"][-1], "angle_q": angle,
+                         "angle_ref": ref, "max_change": max_change(history, arm, cfg.weight_decays.index(wd)),
+                         "fingerprint": fingerprint(r["final"]["w_q"], r["final"]["w_k"])})
+    return rows

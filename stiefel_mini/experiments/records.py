@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-__all__ = ["provenance", "save_results", "load_results", "jsonable", "config_dict"]
+__all__ = ["provenance", "save_results", "load_results", "jsonable", "config_dict", "config_from_dict"]
 
 
 def config_dict(cfg: Any) -> dict:
@@ -139,3 +139,10 @@ def load_results(path: str | os.PathLike) -> dict:
     """Read a results file written by :func:`save_results`."""
     with open(path) as fh:
         return json.load(fh)
+
+
+def config_from_dict(cls: type, stored: dict) -> Any:
+    """The ``cls`` dataclass a results file stores as a dict: lists become tuples again, and keys
+    that are not fields of ``cls`` are left out."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in fields})

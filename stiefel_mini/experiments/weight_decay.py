@@ -47,9 +47,10 @@ from torch import Tensor, nn
 
 from stiefel_mini.attention import entropy, make_attention
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer
-from stiefel_mini.experiments.config import cli, parse_cli
-from stiefel_mini.experiments.readouts import fingerprint, max_change, widget_readouts
+from stiefel_mini.experiments.readouts import (equilibrium_angle, fingerprint, frames_identical, max_change,
+                                               momentum_factor, summary_table, widget_readouts)
 from stiefel_mini.experiments.records import config_dict, provenance, save_results
+from stiefel_mini.experiments.runner import cli, parse_cli
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
 from stiefel_mini.geometry import orthogonality_error
 
@@ -294,52 +295,8 @@ def sweep(cfg: WeightDecayConfig) -> dict[str, Any]:
             "wall_time_s": time.perf_counter() - t0}
 
 
-def frames_identical(history: dict[str, Any], arm: str = "stiefel") -> bool:
-    """Whether the final ``W_Q`` and ``W_K`` of ``arm`` are bitwise identical across all decays."""
-    finals = [r["final"] for r in history["runs"][arm]]
-    return all(torch.equal(f["w_q"], finals[0]["w_q"]) and torch.equal(f["w_k"], finals[0]["w_k"])
-               for f in finals)
-
-
-def momentum_factor(beta1: float) -> float:
-    """``sqrt((1 - beta1) / (1 + beta1))``: the RMS of Adam's ``m_hat / sqrt(v_hat)`` per entry when
-    the gradients are independent noise (the average of ``1/(1-beta1)`` noisy steps partly cancels)."""
-    return math.sqrt((1 - beta1) / (1 + beta1))
-
-
-def equilibrium_angle(cfg: WeightDecayConfig, arm: str, wd: float) -> float:
-    """The angular update per step that the random-walk model predicts.
-
-    AdamW on scale-invariant weights (Kosson et al. 2024): ``sqrt(2 lr wd (1 - beta1) / (1 + beta1))``,
-    which is ``sqrt(2 lr wd)`` without momentum. StiefelAdam: a step of Frobenius length
-    ``frame_lr * rho`` (``rho`` = :func:`momentum_factor`) on a frame of norm ``sqrt(d_head)``, i.e.
-    ``frame_lr * rho / sqrt(d_head)`` whatever the decay.
-    """
-    rho = momentum_factor(cfg.betas[0])
-    if arm_spec(arm).qk == "stiefel":
-        return cfg.frame_lr * rho / math.sqrt(cfg.d_head)
-    return math.sqrt(2 * cfg.lr * wd) * rho
-
-
-def summary_table(history: dict[str, Any], last: int = 5) -> list[dict[str, Any]]:
-    """One row per (arm, decay): final norms, logit range, entropy, accuracy, and the angular update
-    per step averaged over the last ``last`` records beside :func:`equilibrium_angle`."""
-    cfg = history["config"]
-    rows = []
-    for arm, recs in history["runs"].items():
-        for wd, r in zip(cfg.weight_decays, recs):
-            angle = sum(r["angle_q"][-last:]) / len(r["angle_q"][-last:])
-            ref = equilibrium_angle(cfg, arm, wd)
-            rows.append({"arm": arm, "weight_decay": wd, "norm_q": r["norm_q"][-1],
-                         "norm_k": r["norm_k"][-1], "logit_absmax": r["logit_absmax"][-1],
-                         "entropy": r["entropy"][-1], "acc": r["acc"][-1], "angle_q": angle,
-                         "angle_ref": ref, "max_change": max_change(history, arm, cfg.weight_decays.index(wd)),
-                         "fingerprint": fingerprint(r["final"]["w_q"], r["final"]["w_k"])})
-    return rows
-
-
 # ----------------------------------------------------------------------------------------------------
-# CLI (the readouts the widget shows are in stiefel_mini.experiments.readouts)
+# CLI (the readouts of a history, the widget's too, are in stiefel_mini.experiments.readouts)
 # ----------------------------------------------------------------------------------------------------
 
 

@@ -73,7 +73,7 @@ def test_make_optimizer_arms(arm):
     if spec.qk == "adamw_scaled":
         assert qk["lr"] == pytest.approx(1e-2 / (16 * 4) ** 0.5)
     if spec.qk == "stiefel":
-        assert qk["second_moment"] == spec.second_moment and qk["stiefel"]
+        assert qk["second_moment"] == spec.options.get("second_moment", "frame") and qk["stiefel"]
 
 
 def test_make_optimizer_frame_options_and_qk_decay():
@@ -100,3 +100,17 @@ def test_frozen_arm_needs_a_frozen_model():
     model = _model("stiefel")  # Q/K trainable
     with pytest.raises(ValueError, match="train_qk=False"):
         arms.make_optimizer(model, "frozen", lr=1e-3)
+
+
+@pytest.mark.parametrize("arm", sorted(arms.ARMS))
+def test_lr_and_frame_lr_reach_their_groups_through_the_tables(arm):
+    spec = arms.arm_spec(arm)
+    opt = arms.make_optimizer(_model(arm), arm, lr=0.002, frame_lr=0.3)
+    assert type(opt) is spec.rule.optimizer and opt.defaults["lr"] == 0.002
+    groups = {g["name"]: g for g in opt.param_groups}
+    assert groups["decay"]["lr"] == 0.002
+    expected = {"frames": 0.3, "qk": 0.002 / 8 if spec.qk == "adamw_scaled" else 0.002, None: None}[spec.rule.group]
+    if expected is not None:
+        assert groups[spec.rule.group]["lr"] == pytest.approx(expected, rel=1e-15)
+    for key, value in spec.options.items():
+        assert groups[spec.rule.group][key] == value

@@ -1,4 +1,4 @@
-"""Tests of the CIFAR-10 benchmark: data pipeline, model, arms, sweep, and the stored repro record.
+"""Tests of the CIFAR-10 sweep and command line, and of the stored repro records.
 
 Everything runs on a tiny CIFAR-shaped ImageFolder set written here (never the real data), through
 the same loading code as the real benchmark.
@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from stiefel_mini import evidence
+from stiefel_mini.evidence import runs as evidence_runs
 from stiefel_mini.evidence.runs import at_best_lr
 from stiefel_mini.experiments import cifar, cifar_data, runtime
-from stiefel_mini.experiments.cifar import PRESETS, REPRO_TINY_SET, CifarConfig
+from stiefel_mini.experiments.cifar import PLANS, REPRO_TINY_SET, CifarConfig
 from stiefel_mini.geometry import orthogonality_error
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,144 +39,17 @@ def private_cache(tmp_path, monkeypatch):
 
 
 def tiny_cfg(root: Path, **kw) -> CifarConfig:
-    return dataclasses.replace(PRESETS["repro"], data_dir=str(root), **kw)
+    return dataclasses.replace(PLANS["repro"], data_dir=str(root), **kw)
 
 
 # ---------------------------------------------------------------------------------------------------
-# Data
+# The sweep and its command line
 # ---------------------------------------------------------------------------------------------------
-
-
-def test_image_folder_loads_and_caches(tiny_root, tmp_path):
-    data = cifar_data.load_cifar10(tiny_root)
-    assert data.train_x.shape == (200, 3, 32, 32) and data.train_x.dtype == torch.uint8
-    assert data.test_x.shape == (100, 3, 32, 32)
-    assert data.train_y.bincount().tolist() == [20] * 10
-    assert list((tmp_path / "cache").glob("cifar10-folder-*.pt")), "decoded tensors were not cached"
-    again = cifar_data.load_cifar10(tiny_root)  # from the cache
-    assert torch.equal(again.train_x, data.train_x) and torch.equal(again.test_y, data.test_y)
-
-
-def test_environment_variable_points_at_the_folder(tiny_root, monkeypatch):
-    monkeypatch.setenv(cifar_data.ENV_DATA_DIR, str(tiny_root))
-    assert cifar_data.load_cifar10().source == str(tiny_root.resolve())
-
-
-def test_missing_data_says_how_to_get_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match=cifar_data.ENV_DATA_DIR):
-        cifar_data.load_cifar10(tmp_path / "nowhere")
-    (tmp_path / "bad" / "train" / "cats").mkdir(parents=True)
-    (tmp_path / "bad" / "test").mkdir(parents=True)
-    with pytest.raises(ValueError, match="ten CIFAR-10 class folders"):
-        cifar_data.load_cifar10(tmp_path / "bad")
-
-
-def test_torchvision_route_without_download_says_how_to_get_it():
-    # No folder configured and nothing downloaded into the (empty, per-test) cache.
-    with pytest.raises(FileNotFoundError, match="CIFAR-10 was not found"):
-        cifar_data.load_cifar10(download=False)
 
 
 def test_cli_reports_missing_data(tmp_path):
     with pytest.raises(SystemExit, match="CIFAR-10 was not found"):
         cifar.main(["--data_dir", str(tmp_path / "nowhere"), "--progress", "false"])
-
-
-def test_augment_is_a_crop_and_flip_of_each_image():
-    x = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
-    out = cifar_data.augment(x, torch.Generator().manual_seed(0))
-    assert out.shape == x.shape and out.dtype == x.dtype
-    # Every output is some 32x32 window of the zero-padded image, possibly mirrored.
-    padded = torch.nn.functional.pad(x, (4, 4, 4, 4))
-    for i in range(16):
-        found = any(
-            torch.equal(out[i], w) or torch.equal(out[i], w.flip(-1))
-            for dy in range(9) for dx in range(9) for w in [padded[i, :, dy : dy + 32, dx : dx + 32]]
-        )
-        assert found, f"image {i} is not a crop/flip"
-    same = cifar_data.augment(x, torch.Generator().manual_seed(0))
-    assert torch.equal(out, same), "augmentation must be fixed by the generator"
-
-
-def test_balanced_subsets_are_nested_and_balanced():
-    labels = torch.arange(10).repeat(50)  # 500 labels, 50 per class
-    small = cifar.train_indices(labels, 0.2, torch.Generator().manual_seed(3))
-    large = cifar.train_indices(labels, 0.6, torch.Generator().manual_seed(3))
-    assert labels[small].bincount().tolist() == [10] * 10
-    assert labels[large].bincount().tolist() == [30] * 10
-    assert set(small.tolist()) <= set(large.tolist())
-    assert not torch.equal(small, cifar.train_indices(labels, 0.2, torch.Generator().manual_seed(4)))
-    assert cifar.train_indices(labels, 1.0, torch.Generator().manual_seed(0)).numel() == 500
-
-
-def test_seeding_v0_is_the_committed_scheme_and_streams_the_package_rule():
-    cfg = dataclasses.replace(PRESETS["repro"], seed=2)
-    draw = lambda g: torch.rand(3, generator=g)  # noqa: E731
-    assert torch.equal(draw(cifar.stream(cfg, "subset")), draw(torch.Generator().manual_seed(10_002)))
-    assert torch.equal(draw(cifar.stream(cfg, "batches")), draw(torch.Generator().manual_seed(2)))
-    assert torch.equal(draw(cifar.stream(cfg, "fixed")), draw(torch.Generator().manual_seed(12_345)))
-    new = dataclasses.replace(cfg, seeding="streams")
-    assert torch.equal(draw(cifar.stream(new, "subset")), draw(runtime.generator(2, "subset")))
-    assert torch.equal(draw(cifar.stream(new, "fixed")), draw(cifar.stream(dataclasses.replace(new, seed=5), "fixed")))
-
-
-def test_normalize_standardises_channels():
-    x = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
-    out = cifar_data.normalize(x)
-    expected = (1.0 - torch.tensor(cifar_data.MEAN)) / torch.tensor(cifar_data.STD)
-    assert torch.allclose(out[0, :, 0, 0], expected)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Model and arms
-# ---------------------------------------------------------------------------------------------------
-
-
-def test_vit_shapes_and_patches():
-    cfg = dataclasses.replace(PRESETS["repro"], patch_size=8)
-    model = cifar.build_model(cfg, "A1")
-    x = torch.randn(5, 3, 32, 32)
-    assert model.patches(x).shape == (5, 16, 192)
-    # Patch t = (row, col) holds pixels [8 row : 8 row + 8, 8 col : 8 col + 8] of every channel.
-    assert torch.equal(model.patches(x)[:, 6].reshape(5, 3, 8, 8), x[:, :, 8:16, 16:24])
-    assert model(x).shape == (5, 10)
-    wide = dataclasses.replace(cfg, patch_size=4)
-    assert cifar.build_model(wide, "A0").patches(x).shape == (5, 64, 48)
-
-
-def test_paired_starts_share_every_weight():
-    cfg = PRESETS["repro"]
-    plain = cifar.build_model(cfg, "A0").state_dict()
-    framed = cifar.build_model(cfg, "A1").state_dict()
-    assert plain.keys() == framed.keys()
-    for name in plain:
-        assert torch.equal(plain[name], framed[name]), name
-    for p in cifar.build_model(cfg, "A1").qk_parameters():  # the shared start is a frame
-        assert orthogonality_error(p.detach()).max() < 1e-5
-    other_seed = cifar.build_model(dataclasses.replace(cfg, seed=1), "A1").state_dict()
-    assert not torch.equal(other_seed["embed.weight"], framed["embed.weight"])
-
-
-@pytest.mark.parametrize("arm", cifar.ALL_ARMS)
-def test_each_arm_trains_and_keeps_its_invariant(tiny_root, arm):
-    h = cifar.run(tiny_cfg(tiny_root, arm=arm, epochs=1))
-    assert h["arm"] == arm and math.isfinite(h["test_loss"])
-    assert h["train_loss"][-1] < h["train_loss"][0] or arm == "A3"
-    if arm == "A3":
-        assert h["qk_step_mean"] == 0.0 and h["qk_drift"] == 0.0
-    else:
-        assert h["qk_step_mean"] > 0.0
-    if arm in ("A1", "A3", "A5", "A7"):  # Q/K stay frames
-        assert h["orth_error"] < 1e-4
-
-
-def test_stiefel_steps_are_smaller_than_adamw_steps(tiny_root):
-    a0 = cifar.run(tiny_cfg(tiny_root, arm="A0", epochs=1))
-    a1 = cifar.run(tiny_cfg(tiny_root, arm="A1", epochs=1))
-    a4 = cifar.run(tiny_cfg(tiny_root, arm="A4", epochs=1))
-    # AdamW moves each of the n*p entries by about lr; StiefelAdam moves each frame by about lr.
-    assert a1["qk_step_mean"] < a0["qk_step_mean"] / 5
-    assert a4["qk_step_mean"] < a0["qk_step_mean"] / 5
 
 
 def test_sweep_writes_incrementally_and_resumes(tiny_root, tmp_path):
@@ -202,43 +76,12 @@ def test_sweep_writes_incrementally_and_resumes(tiny_root, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Round 2: fixed steps, lr grids, attention statistics, resumable plans
+# The studies: lr grids, resumable plans, parallel sweeps, their repro records
 # ---------------------------------------------------------------------------------------------------
 
 
 def r2_cfg(root: Path, **kw) -> CifarConfig:
-    return dataclasses.replace(PRESETS["r2_tiny"], data_dir=str(root), **kw)
-
-
-def test_fixed_steps_do_not_depend_on_the_subset_size(tiny_root):
-    small = cifar.run(r2_cfg(tiny_root, arm="A0", train_fraction=0.5, steps=9))
-    full = cifar.run(r2_cfg(tiny_root, arm="A0", train_fraction=1.0, steps=9))
-    assert small["steps_total"] == full["steps_total"] == 9 and small["n_train"] == full["n_train"] // 2
-    assert small["step"] == full["step"] == [2, 4, 6, 8, 9]
-    assert len(small["max_logit"]) == len(small["step"]) and len(small["attn_entropy"]) == len(small["step"])
-    assert len(full["max_logit_final"]) == 1 and 0 < full["attn_entropy_final"][0] <= math.log(16) + 1e-6
-
-
-def test_attention_stats_match_the_block_logits():
-    cfg = dataclasses.replace(PRESETS["r2_tiny"], depth=2)
-    model = cifar.build_model(cfg, "A0")
-    x = torch.randn(4, 3, 32, 32)
-    stats = cifar.attention_stats(model, x)
-    h = model.embed(model.patches(x)) + model.pos
-    for i, block in enumerate(model.blocks):
-        logits = block.attn.logits(block.norm1(h))  # (B, H, T, T)
-        assert stats["max_logit"][i] == pytest.approx(logits.abs().max().item(), rel=1e-5)
-        ent = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1).mean().item()
-        assert stats["entropy"][i] == pytest.approx(ent, rel=1e-5)
-        h = block(h)
-
-
-def test_swept_lrs_per_arm():
-    cfg = PRESETS["r2_tiny"]
-    assert cifar.swept_lrs(cfg, "A0") == [(1e-3, None), (3e-3, None)]
-    assert cifar.swept_lrs(cfg, "A1") == [(cfg.lr, 1e-2), (cfg.lr, 0.3)]
-    plain = dataclasses.replace(cfg, lrs=(), frame_lrs=(), frame_lr=0.05)
-    assert cifar.swept_lrs(plain, "qknorm") == [(cfg.lr, None)] and cifar.swept_lrs(plain, "A5") == [(cfg.lr, 0.05)]
+    return dataclasses.replace(PLANS["r2_tiny"], data_dir=str(root), **kw)
 
 
 def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
@@ -253,7 +96,7 @@ def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
     assert {(r["arm"], r["lr"], r["frame_lr"]) for r in payload["runs"]} == {
         ("A0", 1e-3, None), ("A0", 3e-3, None), ("A1", cfg.lr, 1e-2), ("A1", cfg.lr, 0.3)}
     assert all(r["git_commit"] == payload["provenance"]["git_commit"] and "git_dirty" in r for r in payload["runs"])
-    curves = {c["arm"]: c for c in cifar.lr_curves(payload["runs"])}
+    curves = {c["arm"]: c for c in evidence_runs.lr_curves(payload["runs"])}
     assert curves["A1"]["swept"] == "frame_lr" and [p["value"] for p in curves["A1"]["points"]] == [1e-2, 0.3]
     assert curves["A0"]["best"] in (1e-3, 3e-3) and curves["A0"]["points"][0]["n"] == 2
     best = evidence.paired(at_best_lr(payload["runs"], "A0")[1], at_best_lr(payload["runs"], "A1")[1],
@@ -285,17 +128,8 @@ def test_parallel_sweeps_merge_into_one_file(tiny_root, tmp_path):
         cifar.merge_results([a, other])
 
 
-def test_trust_cap_binds_at_large_frame_lr(tiny_root):
-    h = cifar.run(r2_cfg(tiny_root, arm="A1", frame_lr=100.0, steps=4))
-    n_frames = 2 * cifar.build_model(PRESETS["r2_tiny"], "A1").attention_modules()[0].n_heads  # Q and K per head
-    # Each frame moves at most max_step, so all of them together by at most max_step * sqrt(n_frames).
-    assert h["qk_step_mean"] <= PRESETS["r2_tiny"].max_step * math.sqrt(n_frames) * (1 + 1e-4)
-    assert h["orth_error"] < 1e-4
-
-
 def _config(stored: dict) -> CifarConfig:
-    fields = {f.name for f in dataclasses.fields(CifarConfig)}
-    return CifarConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in fields})
+    return cifar.stored_config(stored)
 
 
 def test_tiny_set_run_reproduces_the_profiled_run():
@@ -308,7 +142,7 @@ def test_tiny_set_run_reproduces_the_profiled_run():
         assert h[key] == pytest.approx(ref[key], rel=REL_TOL), key
 
 
-def test_round2_files_reproduce_their_repro_run():
+def test_study_files_reproduce_their_repro_run():
     """Re-run the short tiny-set run each committed sweep file stores first (its first grid point)."""
     paths = sorted(REPRO_FILE.parent.glob("r[0-9]_*.json"))
     assert any(json.loads(p.read_text())["repro"]["arm"] == "A1" for p in paths), "no StiefelAdam repro record"
@@ -353,30 +187,3 @@ def test_repro_record_reproduces(tiny_root):
     assert abs(h["test_acc"] - stored["test_acc"]) <= ACC_TOL
 
 
-
-def test_synthetic_stand_in_is_balanced_labelled_and_deterministic():
-    a = cifar_data.synthetic_cifar10(n_train=40, n_test=20, seed=3)
-    b = cifar_data.synthetic_cifar10(n_train=40, n_test=20, seed=3)
-    assert a.train_x.shape == (40, 3, 32, 32) and a.train_x.dtype == torch.uint8
-    assert a.test_x.shape == (20, 3, 32, 32)
-    assert torch.bincount(a.train_y, minlength=10).tolist() == [4] * 10
-    assert torch.equal(a.train_x, b.train_x) and torch.equal(a.test_x, b.test_x)
-    assert a.source == cifar_data.SYNTHETIC_SOURCE
-
-
-def test_missing_data_falls_back_to_the_stand_in_with_a_warning(tmp_path):
-    with pytest.warns(UserWarning, match="CIFAR-10 was not found"):
-        data = cifar_data.load_cifar10_or_synthetic(tmp_path / "absent", n_train=20, n_test=10)
-    assert data.source == cifar_data.SYNTHETIC_SOURCE and len(data.train_y) == 20
-    with pytest.raises(FileNotFoundError, match="CIFAR-10 was not found"):
-        cifar_data.load_cifar10(tmp_path / "absent")
-
-
-def test_find_data_dir_prefers_the_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv(cifar_data.ENV_DATA_DIR, str(tmp_path))
-    assert cifar_data.find_data_dir() == tmp_path.resolve()
-    monkeypatch.delenv(cifar_data.ENV_DATA_DIR)
-    monkeypatch.setattr(cifar_data, "OFFLINE_COPY", tmp_path / "absent")
-    assert cifar_data.find_data_dir() is None
-    monkeypatch.setattr(cifar_data, "OFFLINE_COPY", tmp_path)
-    assert cifar_data.find_data_dir() == tmp_path

@@ -1,4 +1,4 @@
-"""Tests of the grokking experiment: data, paired init, the last-position model, metrics, reproduction."""
+"""Tests of the grokking run, its sweep and command line, and the reproduction of the stored results."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from stiefel_mini import evidence
 from stiefel_mini.experiments import grokking as G
 from stiefel_mini.experiments.config import ConfigError, parse_config
-from stiefel_mini.experiments.records import load_results, save_results
+from stiefel_mini.experiments.records import config_from_dict, load_results, save_results
 from stiefel_mini.geometry import orthogonality_error
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "grokking" / "cpu.json"
@@ -42,8 +42,7 @@ PROFILED_STEPS = 100
 
 
 def _config(stored: dict) -> G.GrokkingConfig:
-    fields = {f.name for f in dataclasses.fields(G.GrokkingConfig)}
-    return G.GrokkingConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in fields})
+    return config_from_dict(G.GrokkingConfig, stored)
 
 
 def _assert_reproduces(again: dict, stored: dict, label: str) -> None:
@@ -60,130 +59,19 @@ def _assert_reproduces(again: dict, stored: dict, label: str) -> None:
             assert abs(again[key][j] - stored[key][i]) <= ACC_ATOL, (label, key, s)
 
 
-@pytest.mark.parametrize("op", ["add", "sub", "div"])
-def test_modular_table(op):
-    p = 7
-    x, y = G.modular_table(p, op)
-    assert x.shape == ((p * p, 3) if op != "div" else (p * (p - 1), 3))
-    assert (x[:, 2] == p).all()
-    for (a, b, _), c in zip(x.tolist(), y.tolist()):
-        if op == "add":
-            assert c == (a + b) % p
-        elif op == "sub":
-            assert c == (a - b) % p
-        else:
-            assert (c * b) % p == a
-
-
-def test_split_is_a_partition_fixed_by_seed():
-    d0 = G.make_dataset(11, "add", 0.3, seed=0)
-    d0b = G.make_dataset(11, "add", 0.3, seed=0)
-    d1 = G.make_dataset(11, "add", 0.3, seed=1)
-    assert len(d0["y_train"]) == round(0.3 * 121) and len(d0["y_val"]) == 121 - len(d0["y_train"])
-    assert torch.equal(d0["x_train"], d0b["x_train"])
-    assert not torch.equal(d0["x_train"], d1["x_train"])
-    pairs = {tuple(r) for r in torch.cat([d0["x_train"], d0["x_val"]])[:, :2].tolist()}
-    assert len(pairs) == 121  # train and val are disjoint and cover every equation
-
-
 def _small(arm: str, seed: int = 0, **kw) -> G.GrokkingConfig:
     return G.GrokkingConfig(p=11, d_model=16, n_heads=2, d_mlp=32, arm=arm, seed=seed, progress=False,
                             **kw)
 
 
-def test_paired_initialisation_across_arms():
-    models = {arm: G.build_model(_small(arm)) for arm in G.ARM_NAMES}
-    ref = dict(models["adamw"].named_parameters())
-    for arm, model in models.items():
-        for name, p in model.named_parameters():
-            assert torch.equal(p, ref[name]), (arm, name)
-    other = dict(G.build_model(_small("adamw", seed=1)).named_parameters())
-    assert not torch.equal(other["embed.weight"], ref["embed.weight"])
-    assert orthogonality_error(ref["attn.w_q"].detach()).max() < 1e-5
-
-
-@pytest.mark.parametrize("arm", ["adamw", "stiefel"])
-@pytest.mark.parametrize("logit_scale", ["fixed", "learned"])
-def test_last_position_equals_full_model(arm, logit_scale):
-    cfg = _small(arm, logit_scale=logit_scale)
-    model = G.build_model(cfg)
-    x = G.make_dataset(cfg.p, "add", 0.5, 0)["x_train"]
-    torch.testing.assert_close(model(x), model.forward_full(x), rtol=1e-5, atol=1e-5)
-
-
-def test_uniform_control_attends_uniformly():
-    model = G.build_model(_small("uniform"))
-    x = G.make_dataset(11, "add", 0.5, 0)["x_train"][:5]
-    w = model.last_attention(x)
-    torch.testing.assert_close(w, torch.full_like(w, 1 / 3))
-    # The output does not depend on the Q/K frames at all.
-    before = model(x)
-    with torch.no_grad():
-        model.attn.w_q.mul_(-3.0)
-    torch.testing.assert_close(model(x), before)
-
-
-def test_metrics_on_a_synthetic_history():
-    steps = list(range(0, 100, 10))
-    val = [0.0, 0.1, 0.2, 0.96, 0.99, 0.4, 0.97, 1.0, 1.0, 1.0]
-    train = [0.0, 0.5, 0.99, 1, 1, 1, 1, 1, 1, 1]
-    hist = {"step": steps, "val_acc": val, "train_acc": train, "dist_q": [0] * 10, "dist_k": [0] * 10,
-            "orth_q": [0] * 10, "step_q": [0] * 10, "step_k": [0] * 10, "entropy": [[1.0, 0.5]] * 10}
-    cfg = G.GrokkingConfig(steps=90, late_frac=0.25)
-    m = G.metrics(hist, cfg)
-    assert m["steps_to_val95"] == 30 and m["steps_to_val99"] == 40 and m["steps_to_train99"] == 20
-    assert m["grok_delay"] == 20
-    assert m["collapses"] == 1
-    assert m["post_grok_share95"] == pytest.approx(6 / 7)
-    assert m["late_share95"] == 1.0  # evaluations at steps >= 67.5: 70, 80, 90
-    assert m["entropy_final"] == 0.75
-    assert G.collapses([0.96, 0.3, 0.2, 0.96, 0.1]) == 2
-    assert m["collapses10"] == 1 and m["first_collapse_step"] == 50
-    assert m["steps_above95"] == 6 * cfg.eval_every and m["share_above95"] == pytest.approx(0.6)
-
-
-def test_drops_count_ten_point_falls_after_first_reaching_95():
-    assert G.drops([0.5, 0.9, 0.84]) == []  # never reached 95%
-    assert G.drops([0.96, 0.87, 0.86]) == [2]  # 0.86 <= 0.96 - 0.10; counted once
-    assert G.drops([0.95, 1.0, 0.91, 0.89, 0.99, 0.5, 0.6]) == [3, 5]  # the peak rises to 1.0 first
-    assert G.drops([0.99, 0.9, 0.95, 0.85]) == [3]  # 0.9 is 9 points below 0.99: no collapse
-    assert G.first_step([0, 1], [0.1, 0.2], 0.5) is None
-
-
-def test_round2_arms_share_initialisation_and_matched_temperature():
-    cfg = G.PRESETS["tiny"]
-    models = {arm: G.build_model(dataclasses.replace(cfg, arm=arm)) for arm in G.ROUND2_ARMS}
-    ref = dict(models["adamw"].named_parameters())
-    for arm, model in models.items():
-        for name, p in model.named_parameters():
-            if name != "attn.log_scale":
-                assert torch.equal(p, ref[name]), (arm, name)
-    x = G.make_dataset(cfg.p, cfg.op, cfg.train_frac, cfg.seed)["x_train"]
-    for arm in ("stiefel_learned", "frozen_learned"):
-        rms = G.last_logits(models[arm], x).pow(2).mean(dim=(0, 2)).sqrt()  # (H,)
-        torch.testing.assert_close(rms, torch.full_like(rms, cfg.logit_rms_init))
-    torch.testing.assert_close(models["stiefel_learned"].attn.log_scale, models["frozen_learned"].attn.log_scale)
-    # QK-norm keeps its own gain; the fixed-scale AdamW arm's logits are far smaller.
-    assert models["qknorm"].attn.scale()[0].item() == pytest.approx(math.sqrt(cfg.d_model // cfg.n_heads))
-    assert G.last_logits(models["adamw"], x).pow(2).mean().sqrt() < 0.5 * cfg.logit_rms_init
-    with pytest.raises(ValueError, match="learned"):
-        G.match_logit_scale(models["adamw"], x, 1.0)
-
-
 def test_run_logs_logits_norms_and_scale():
-    h = G.run(dataclasses.replace(G.PRESETS["tiny"], arm="stiefel_learned", steps=10))["history"]
+    h = G.run(dataclasses.replace(G.PLANS["tiny"], arm="stiefel_learned", steps=10))["history"]
     assert len(h["max_logit"]) == len(h["step"]) == len(h["weight_norm"]) == len(h["scale"])
     assert all(m >= r > 0 for m, r in zip(h["max_logit"], h["logit_rms"]))
-    assert h["weight_norm"][0]["attn.w_q"] == pytest.approx(math.sqrt(G.PRESETS["tiny"].d_model), rel=1e-5)
+    assert h["weight_norm"][0]["attn.w_q"] == pytest.approx(math.sqrt(G.PLANS["tiny"].d_model), rel=1e-5)
     assert h["scale"][-1] != h["scale"][0]  # the temperature is learned
-    u = G.run(dataclasses.replace(G.PRESETS["tiny"], arm="uniform", steps=5))["history"]
+    u = G.run(dataclasses.replace(G.PLANS["tiny"], arm="uniform", steps=5))["history"]
     assert u["max_logit"][0] is None
-
-
-def test_subsample_keeps_first_and_last():
-    hist = {"step": list(range(101)), "val_acc": list(range(101))}
-    sub = G.subsample(hist, 10)
-    assert sub["step"][0] == 0 and sub["step"][-1] == 100 and len(sub["step"]) <= 12
 
 
 def test_run_records_history_and_frames_stay_on_manifold():
@@ -250,8 +138,8 @@ def test_sweep_writes_incrementally_and_resumes(tmp_path):
 
 
 def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
-    base = G.PRESETS["tiny"]
-    scfg = dataclasses.replace(G.SWEEP_PLANS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
+    base = G.PLANS["tiny"]
+    scfg = dataclasses.replace(G.SWEEPS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
                                out=str(tmp_path / "wd.json"))
     payload = G.sweep(scfg, dataclasses.replace(base, steps=6), command="wd")
     assert [(r["weight_decay"], r["arm"]) for r in payload["runs"]] == [(0.1, "adamw"), (1.0, "adamw")]
@@ -262,13 +150,13 @@ def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
         G.runs_by_arm(payload)
     again = G.sweep(scfg, dataclasses.replace(base, steps=6), command="again")  # nothing left to run
     assert again["runs"] == load_results(scfg.out)["runs"]
-    with pytest.raises(ValueError, match="another base config"):
+    with pytest.raises(ValueError, match="other settings"):
         G.sweep(scfg, dataclasses.replace(base, steps=7))
 
 
 def test_weight_decay_sweep_copies_runs_it_can_reuse(tmp_path):
-    base = dataclasses.replace(G.PRESETS["tiny"], steps=6)
-    plan = dataclasses.replace(G.SWEEP_PLANS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
+    base = dataclasses.replace(G.PLANS["tiny"], steps=6)
+    plan = dataclasses.replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
     src = G.sweep(dataclasses.replace(plan, arms=("adamw", "frozen_learned"), seeds=(0, 1),
                                       out=str(tmp_path / "long.json")), base, command="long")
     wd_plan = dataclasses.replace(plan, weight_decays=(0.1, base.weight_decay), out=str(tmp_path / "wd.json"),
@@ -289,8 +177,8 @@ def test_weight_decay_sweep_copies_runs_it_can_reuse(tmp_path):
 
 
 def test_merge_results_of_parallel_sweeps(tmp_path):
-    base = dataclasses.replace(G.PRESETS["tiny"], steps=6)
-    plan = dataclasses.replace(G.SWEEP_PLANS["tiny"], arms=("adamw", "stiefel_learned"))
+    base = dataclasses.replace(G.PLANS["tiny"], steps=6)
+    plan = dataclasses.replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"))
     a = G.sweep(dataclasses.replace(plan, seeds=(0,), out=str(tmp_path / "a.json")), base, command="a")
     b = G.sweep(dataclasses.replace(plan, seeds=(1,), out=str(tmp_path / "b.json")), base, command="b")
     merged = G.merge_results([a, b])
@@ -328,8 +216,8 @@ def test_first_updates_reproduce_the_profiled_run():
                                    rtol=EARLY_RTOL, atol=0.0, msg=key)
 
 
-def test_reproduces_round2_results():
-    """Re-run the short repro run each committed round-2 file stores first (so partial files have it)."""
+def test_reproduces_the_studies_results():
+    """Re-run the short repro run each committed study file stores first (so partial files have it)."""
     for path in sorted(RESULTS.parent.glob("r2_*.json")):
         repro = load_results(path)["repro"]
         cfg = dataclasses.replace(_config(repro["config"]), progress=False)
@@ -338,7 +226,7 @@ def test_reproduces_round2_results():
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="no committed grokking results")
 def test_reproduces_committed_results():
-    """Re-run the stored repro run of the round-1 sweep (its first PROFILED_STEPS steps: the lr is
+    """Re-run the stored repro run of the cpu sweep (its first PROFILED_STEPS steps: the lr is
     constant, so they are those of the stored run); it must match the stored record and the committed
     full-length run of the same arm and seed wherever they share an evaluation."""
     results = load_results(RESULTS)
@@ -350,34 +238,3 @@ def test_reproduces_committed_results():
     _assert_reproduces(again, full["history"], "committed run")
 
 
-def test_evidence_pairs_grokking_runs_on_their_common_seeds_with_censoring():
-    def run(arm, seed, s95, acc):
-        return {"arm": arm, "seed": seed, "weight_decay": None, "metrics": {"steps_to_val95": s95, "final_val_acc": acc}}
-
-    # adamw and stiefel_learned on 5 seeds, uniform on 3 (a sweep still filling its file).
-    runs = [run("adamw", s, v, 0.9) for s, v in enumerate((400, 500, None, 600, 700))]
-    runs += [run("stiefel_learned", s, v, 0.95) for s, v in enumerate((200, 300, None, 500, 600))]
-    runs += [run("uniform", s, None, 0.5) for s in range(3)]
-    results = {"sweep": {"arms": ["adamw", "stiefel_learned", "uniform"]}, "runs": runs}
-    steps = lambda r: r["metrics"]["steps_to_val95"]  # noqa: E731
-    base = G.seed_runs(results, "adamw")
-    s95 = evidence.paired(base, G.seed_runs(results, "stiefel_learned"), steps, higher_is_better=False,
-                          censored=True, unit="steps")
-    assert s95["seeds"] == [0, 1, 2, 3, 4] and s95["ties"] == 1 and s95["n_test"] == 4
-    assert s95["wins"] == 4 and s95["losses"] == 0 and s95["p"] == 0.125 and s95["high"] == 0
-    assert s95["mean"] is None and s95["n_censored"] == 1  # both censored: a tie for the test, no mean
-    u95 = evidence.paired(base, G.seed_runs(results, "uniform"), steps, higher_is_better=False, censored=True)
-    assert u95["seeds"] == [0, 1, 2] and u95["n_censored"] == 3 and u95["mean"] is None
-    assert (u95["wins"], u95["losses"], u95["ties"]) == (0, 2, 1)
-    acc = evidence.paired(base, G.seed_runs(results, "stiefel_learned"), lambda r: 100 * r["metrics"]["final_val_acc"])
-    assert acc["mean"] == pytest.approx(5.0) and acc["wins"] == 5 and acc["p"] == 0.0625
-
-
-def test_seed_runs_keeps_every_seed_of_an_arm_and_picks_the_decay():
-    runs = [{"arm": "adamw", "seed": s, "weight_decay": wd, "metrics": {}} for s in (2, 0) for wd in (0.1, 1.0)]
-    results = {"sweep": {"arms": ["adamw"], "weight_decays": [0.1, 1.0]}, "runs": runs}
-    picked = G.seed_runs(results, "adamw", weight_decay=0.1)
-    assert list(picked) == [0, 2] and all(r["weight_decay"] == 0.1 for r in picked.values())
-    with pytest.raises(ValueError, match="weight_decay"):
-        G.seed_runs(results, "adamw")
-    assert G.seed_runs(results, "qknorm", weight_decay=1.0) == {}

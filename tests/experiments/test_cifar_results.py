@@ -12,6 +12,7 @@ import pytest
 
 from stiefel_mini import evidence
 from stiefel_mini.evidence import runs as runs_mod
+from stiefel_mini.evidence.runs import by_seed, fitted_check, held_out_best
 from stiefel_mini.experiments import cifar
 
 
@@ -26,10 +27,10 @@ def rec(arm, seed, acc, lr=1e-3, frame_lr=None, frac=0.3, train_acc=None):
 
 def test_by_seed_selects_one_setting_and_refuses_an_ambiguous_one():
     runs = [rec("A0", 0, 0.5, lr=1e-3), rec("A0", 0, 0.4, lr=3e-3), rec("A0", 1, 0.6, lr=1e-3)]
-    assert {s: h["test_acc"] for s, h in cifar.by_seed(runs, arm="A0", lr=1e-3).items()} == {0: 0.5, 1: 0.6}
-    assert cifar.by_seed(runs, arm="A1") == {}
+    assert {s: h["test_acc"] for s, h in by_seed(runs, arm="A0", lr=1e-3).items()} == {0: 0.5, 1: 0.6}
+    assert by_seed(runs, arm="A1") == {}
     with pytest.raises(ValueError, match="share seed 0"):
-        cifar.by_seed(runs, arm="A0")
+        by_seed(runs, arm="A0")
 
 
 def test_evidence_pairs_common_seeds_and_corrects_the_testable_rows():
@@ -68,7 +69,7 @@ def test_fitted_check_reads_train_minus_test_per_seed():
     runs = [rec("A0", 0, 0.60, train_acc=0.70), rec("A0", 1, 0.62, train_acc=0.65),
             rec("A1", 0, 0.60, frame_lr=0.1, train_acc=0.58), rec("A1", 1, 0.61, frame_lr=0.1, train_acc=0.70),
             rec("A3", 0, 0.5)]  # no train accuracy recorded: no row
-    rows = {r["arm"]: r for r in cifar.fitted_check(runs)}
+    rows = {r["arm"]: r for r in fitted_check(runs)}
     assert set(rows) == {"A0", "A1"}
     assert rows["A0"]["gaps_pp"] == pytest.approx([10.0, 3.0]) and rows["A0"]["fitted"]
     assert rows["A0"]["min_gap_pp"] == pytest.approx(3.0) and rows["A0"]["train_acc"] == pytest.approx(0.675)
@@ -88,18 +89,18 @@ def test_held_out_best_picks_each_seeds_lr_on_the_other_seeds():
     value, a1 = runs_mod.at_best_lr(runs, "A1")
     best = evidence.paired(runs_mod.at_best_lr(runs, "A0")[1], a1, lambda h: 100 * h["test_acc"])
     assert value == 1.0 and best["mean"] == pytest.approx(7.5)
-    held = cifar.held_out_best(runs)
+    held = held_out_best(runs)
     assert len(held) == 1 and held[0]["arm"] == "A1" and held[0]["seeds"] == [0, 1]
     assert held[0]["chosen"] == [(1.0, 1e-3), (0.1, 1e-3)]
     assert held[0]["diffs_pp"] == pytest.approx([-5.0, -10.0]) and held[0]["diff_pp"] == pytest.approx(-7.5)
     # a single complete seed: nothing to hold out
-    assert cifar.held_out_best(lr_runs({1e-3: [0.5]}, {0.1: [0.6]})) == []
+    assert held_out_best(lr_runs({1e-3: [0.5]}, {0.1: [0.6]})) == []
 
 
-def test_round2_status_counts_the_planned_grid(tmp_path):
-    cfg = cifar.ROUND2_PLANS["r2_lr"]
+def test_study_status_counts_the_planned_grid(tmp_path):
+    cfg = cifar.PLANS["r2_lr"]
     runs = [rec("A0", 0, 0.5, lr=lr) for lr in cfg.lrs] + [rec("A1", 0, 0.5, lr=cfg.lr, frame_lr=0.01)]
-    status = {r["preset"]: r for r in cifar.round2_status({"r2_lr": {"runs": runs}, "r2_fitted": None})}
+    status = {r["preset"]: r for r in cifar.study_status({"r2_lr": {"runs": runs}, "r2_fitted": None})}
     lr = status["r2_lr"]
     n_planned = len(cfg.seeds) * (2 * len(cfg.lrs) + len(cfg.frame_lrs))  # A0 and qknorm on lrs, A1 on frame lrs
     assert lr["planned"] == n_planned and lr["done"] == len(cfg.lrs) + 1
@@ -107,21 +108,21 @@ def test_round2_status_counts_the_planned_grid(tmp_path):
     fitted = status["r2_fitted"]
     assert fitted["done"] == 0 and fitted["planned"] == 4 * 5
     # the fitted study's A1 runs at a frame lr picked on the command line: arm, seed and fraction match
-    done = cifar.round2_status({"r2_fitted": {"runs": [rec("A1", 0, 0.6, frame_lr=0.3, frac=1.0)]}})[0]
+    done = cifar.study_status({"r2_fitted": {"runs": [rec("A1", 0, 0.6, frame_lr=0.3, frac=1.0)]}})[0]
     assert done["done"] == 1 and done["missing"]["A1"] == 4 and done["extra"] == {}
     # runs outside the plan (more seeds of two arms) are counted apart, not as done
     more = [rec(a, s, 0.6, frame_lr=0.3, frac=1.0) for a in ("A0", "A1") for s in (0, 5, 6)]
-    more_status = cifar.round2_status({"r2_fitted": {"runs": more}})[0]
+    more_status = cifar.study_status({"r2_fitted": {"runs": more}})[0]
     assert more_status["done"] == 2 and more_status["extra"] == {"A0": 2, "A1": 2}
     assert lr["extra"] == {}
 
 
-def test_load_round2_gives_none_for_absent_files(monkeypatch, tmp_path):
+def test_load_studies_gives_none_for_absent_files(monkeypatch, tmp_path):
     (tmp_path / "cifar").mkdir()
     (tmp_path / "cifar" / "r2_lr.json").write_text(json.dumps({"runs": []}))
     monkeypatch.setattr("stiefel_mini.resources.CHECKOUT_RESULTS", tmp_path)
     monkeypatch.setattr("stiefel_mini.resources.PACKAGED_RESULTS", tmp_path / "none")
-    files = cifar.load_round2(("r2_lr", "r2_fitted"))
+    files = cifar.load_studies(("r2_lr", "r2_fitted"))
     assert files == {"r2_lr": {"runs": []}, "r2_fitted": None}
-    with pytest.raises(ValueError, match="unknown round-2 preset"):
-        cifar.load_round2(("r3",))
+    with pytest.raises(ValueError, match="unknown study"):
+        cifar.load_studies(("r3",))
