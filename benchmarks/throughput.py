@@ -2,7 +2,7 @@
 
 Both arms train the same model (same sizes, same initial weights) with the same training step as
 the benchmark (:func:`stiefel_mini.experiments.cifar.train_step`: crop/flip on tensors, forward,
-backward, optimiser step) on random uint8 images, so only the optimiser differs. The arms are timed
+backward, optimizer step) on random uint8 images, so only the optimizer differs. The arms are timed
 in interleaved rounds (A0 A1, then A1 A0, ...), so that a slow spell of a shared machine hits both,
 and the reported ratio is the median over rounds of images/s(A1) / images/s(A0). Target: >= 0.90.
 
@@ -107,7 +107,7 @@ def table(result: dict, cfg: ThroughputConfig) -> str:
         "",
         f"Training steps of the CIFAR patch ViT ({result['model']}; `--preset {cfg.preset}` of",
         "`stiefel_mini.experiments.cifar`), same initial weights, random uint8 images, crop/flip,",
-        f"forward, backward and optimiser step. {cfg.rounds} interleaved rounds of {cfg.steps} steps per arm;",
+        f"forward, backward and optimizer step. {cfg.rounds} interleaved rounds of {cfg.steps} steps per arm;",
         f"images/s are per {result['clock']} second; the ratio is the median over rounds of",
         "images/s(arm) / images/s(A0), with the range over rounds.",
         "Target: StiefelAdam within 10% of AdamW (ratio >= 0.90).",

@@ -119,7 +119,7 @@ def fitted_check(runs: Sequence[dict]) -> list[dict]:
     fixed un-augmented subset of the run's own training images): ``n_train``, ``seeds``,
     ``train_acc`` and ``test_acc`` (seed means), ``gaps_pp`` (train - test per seed, points),
     ``min_gap_pp`` and ``fitted`` (train above test on every seed). A model below that line has
-    not learned what it was shown, and a comparison of optimisers on it says little.
+    not learned what it was shown, and a comparison of optimizers on it says little.
     """
     rows = []
     for (fraction, arm, lr, frame_lr), group in groups(list(runs)).items():

@@ -1,9 +1,9 @@
-"""The optimiser arms the experiments compare, as two tables, and the one factory that reads them.
+"""The optimizer arms the experiments compare, as two tables, and the one factory that reads them.
 
 An arm says how the attention's query/key projections are trained; every other weight gets AdamW.
 Two tables hold everything, as data:
 
-* :data:`QK_RULES`: per Q/K rule, the optimiser class, whether the attention holds Q/K as Stiefel
+* :data:`QK_RULES`: per Q/K rule, the optimizer class, whether the attention holds Q/K as Stiefel
   frames and trains them, the param group that holds them (``"frames"`` or ``"qk"`` of
   :func:`stiefel_mini.attention.param_groups`) and that group's options. An option's value is a
   constant or :class:`Setting` ``(name)``, a run setting that :func:`make_optimizer` fills in
@@ -11,7 +11,7 @@ Two tables hold everything, as data:
 * :data:`ARMS`: per arm, its rule and the options it changes (``{"second_moment": "element"}``).
 
 So a run's ``lr`` goes ``cfg.lr`` -> :func:`optimizer_options` -> :func:`make_optimizer` -> the
-optimiser's default ``lr`` (and, through ``Setting("frame_lr")``, the frame group's ``lr``). Each
+optimizer's default ``lr`` (and, through ``Setting("frame_lr")``, the frame group's ``lr``). Each
 arm has one name; ``code`` is the label the CIFAR-10 results files store for it (A0, A1, ...), also
 accepted wherever an arm is named.
 """
@@ -60,7 +60,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class QKRule:
-    """How one Q/K rule trains the projections: optimiser class, module flags, group and its options."""
+    """How one Q/K rule trains the projections: optimizer class, module flags, group and its options."""
 
     optimizer: type
     stiefel: bool  # the attention holds Q/K as Stiefel frames
@@ -197,13 +197,13 @@ def make_optimizer(
     max_step: float | None = 0.1,
     retraction: str = "polar",
 ) -> torch.optim.Optimizer:
-    """The optimiser of ``arm`` for ``model`` (built with ``arm_spec(arm).module_flags()``).
+    """The optimizer of ``arm`` for ``model`` (built with ``arm_spec(arm).module_flags()``).
 
     Args:
         lr, betas, eps: AdamW's (and StiefelAdam's) settings for every weight.
         weight_decay: decay of matrices and embeddings outside Q/K (1-D parameters: none).
         qk_weight_decay: decay handed to the Q/K group (default: ``weight_decay`` for the AdamW rules,
-            0 for StiefelAdam frames, where the optimiser ignores decay).
+            0 for StiefelAdam frames, where the optimizer ignores decay).
         frame_lr: lr of ``stiefel`` and ``adamw_polar`` frames (default ``lr``).
         max_step, retraction: StiefelAdam's trust cap and retraction for ``stiefel`` frames.
 

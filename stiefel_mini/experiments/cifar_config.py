@@ -52,9 +52,9 @@ class CifarConfig:
     d_head: int | None = None
     mlp_ratio: int = 4
     logit_scale: str = "fixed"
-    # Optimisation (passed to arms.make_optimizer)
+    # Optimization (passed to arms.make_optimizer)
     epochs: int = 6
-    steps: int = 0  # > 0: exactly this many optimiser steps whatever the subset size (epochs ignored)
+    steps: int = 0  # > 0: exactly this many optimizer steps whatever the subset size (epochs ignored)
     batch_size: int = 128
     lr: float = 1e-3
     frame_lr: float | None = None  # None: Q/K use lr
@@ -67,7 +67,7 @@ class CifarConfig:
     warmup_share: float | None = None  # warm-up as a share of all steps instead (None: warmup_epochs)
     # Machine
     device: str = "auto"  # "auto": cuda if available, else cpu
-    bf16: bool = True  # bf16 autocast of the forward pass on cuda (weights and optimiser stay float32)
+    bf16: bool = True  # bf16 autocast of the forward pass on cuda (weights and optimizer stay float32)
     threads: int = 1  # torch intra-op threads on the CPU (0: torch's default)
     eval_every: int = 0  # epochs between test evaluations during training; 0: only at the end
     log_every: int = 20  # steps between recorded training-loss points
@@ -119,7 +119,7 @@ PLANS: dict[str, CifarConfig] = {
     "r2_fitted": CifarConfig(
         out="results/cifar/r2_fitted.json", arms=("A0", "A1", "A3", "qknorm"), seeds=(0, 1, 2, 3, 4),
         train_fractions=(1.0,), epochs=10, **_R2),
-    # Data scaling at a fixed number of optimiser steps (2,000 = 5 epochs of 50k, 51 of 5k).
+    # Data scaling at a fixed number of optimizer steps (2,000 = 5 epochs of 50k, 51 of 5k).
     "r2_scaling": CifarConfig(
         out="results/cifar/r2_scaling.json", arms=("A0", "A1"), seeds=(0, 1, 2), train_fractions=(0.1, 0.3, 1.0),
         steps=2000, warmup_share=0.1, **_R2),

@@ -109,10 +109,10 @@ def evaluate(model: PatchViT, x: torch.Tensor, y: torch.Tensor, device: torch.de
 
 def train_step(model: PatchViT, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                gen: torch.Generator, augment: bool, autocast: bool) -> torch.Tensor:
-    """One optimiser step on uint8 images ``x`` (B, 3, 32, 32) and labels ``y`` (B,); returns the loss.
+    """One optimizer step on uint8 images ``x`` (B, 3, 32, 32) and labels ``y`` (B,); returns the loss.
 
     The forward pass runs under bf16 autocast when ``autocast``; the loss, the gradients and the
-    optimiser's arithmetic stay in float32 (the weights are float32).
+    optimizer's arithmetic stay in float32 (the weights are float32).
     """
     if augment:
         x = cifar_data.augment(x, gen)

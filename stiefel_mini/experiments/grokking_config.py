@@ -14,7 +14,7 @@ __all__ = ["ARM_NAMES", "STUDY_ARMS", "GrokkingConfig", "PLANS", "SweepConfig", 
 
 ARM_NAMES = ("adamw", "adamw_nodecay_qk", "stiefel", "frozen", "uniform")
 STUDY_ARMS = ("adamw", "stiefel_learned", "frozen_learned", "uniform", "adamw_scaled_qk", "qknorm")
-"""The studies' arms, in order of information value: the first three separate the optimiser from flat
+"""The studies' arms, in order of information value: the first three separate the optimizer from flat
 attention."""
 
 
@@ -83,7 +83,7 @@ class SweepConfig:
     repro_arm: str = "stiefel"
     repro_seed: int = 0
     repro_steps: int = 300  # length of the short run stored for the reproduction test
-    # Arms whose stored runs are dropped and run again, e.g. after a change to their optimiser's
+    # Arms whose stored runs are dropped and run again, e.g. after a change to their optimizer's
     # numerics (the repro record too, if its arm is among them).
     redo_arms: tuple[str, ...] = ()
     # Drop the stored runs that record ``git_dirty: true`` and run them again (from a clean tree).

@@ -1,4 +1,4 @@
-"""The short training loop the chapters' examples call: random minibatches, one optimiser, a watched frame.
+"""The short training loop the chapters' examples call: random minibatches, one optimizer, a watched frame.
 
 :func:`train` is the loop of an example, not of an experiment (each experiment's ``run`` measures
 more along the way). It draws every minibatch from the generator it is given, so two calls with
@@ -19,7 +19,7 @@ __all__ = ["train"]
 def train(model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor, *, steps: int,
           batch_size: int, generator: torch.Generator, loss_fn: Callable[[Tensor, Tensor], Tensor] = F.cross_entropy,
           autocast: torch.dtype | None = None, watch: Tensor | None = None) -> dict[str, list[float]]:
-    """Train ``model`` for ``steps`` optimiser steps on minibatches of ``(x, y)``.
+    """Train ``model`` for ``steps`` optimizer steps on minibatches of ``(x, y)``.
 
     Each step draws ``batch_size`` row indices uniformly with replacement from ``generator``
     (``torch.randint(0, len(x), (batch_size,))``), computes ``loss_fn(model(x[idx]), y[idx])`` (under

@@ -205,7 +205,7 @@ def run(cfg: WeightDecayConfig) -> dict[str, Any]:
     angle_q, angle_k, orth_q`` (one entry per ``log_every`` steps; the angle is the mean angular update
     per step since the previous entry), ``snapshots`` (``step``, ``w_q``, ``w_k`` tensors and ``attn``:
     head 0's attention of the query, ``(8, P + 1)``, on the first 8 evaluation problems), ``final``
-    (the Q/K weights after the last step) and ``wall_time_s``. The optimiser is
+    (the Q/K weights after the last step) and ``wall_time_s``. The optimizer is
     :func:`~stiefel_mini.experiments.arms.make_optimizer` with the decay on Q/K (frames included) and,
     with ``decay_scope="all"``, on every other matrix.
     """
