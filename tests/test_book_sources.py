@@ -85,7 +85,7 @@ def test_visible_code_lines_fit_the_page(path):
 EXPERIMENT_CODE_LINE = 84
 
 
-@pytest.mark.parametrize("name", ["grokking", "cifar"])
+@pytest.mark.parametrize("name", ["grokking", "cifar", "use_in_your_model", "which_tool"])
 def test_visible_code_of_the_experiment_chapters_fits_the_column(name):
     nb = json.loads((BOOK / f"{name}.ipynb").read_text())
     long = [
@@ -99,10 +99,11 @@ def test_visible_code_of_the_experiment_chapters_fits_the_column(name):
     assert not long, f"{name}: (cell, width) of visible code over {EXPERIMENT_CODE_LINE} characters: {long}"
 
 
-# Parts I-III: the chapters that teach the geometry and the module, and the experiments.
+# Parts I-IV: the chapters that teach the geometry and the module, the experiments, and their use.
 EXPERIMENT_CHAPTERS = ["grokking", "cifar"]
+USE_CHAPTERS = ["use_in_your_model", "which_tool"]
 TEXTBOOK_CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay",
-                     *EXPERIMENT_CHAPTERS]
+                     *EXPERIMENT_CHAPTERS, *USE_CHAPTERS]
 # A collapsed provenance block ("How these numbers were made") may name commits and trees.
 PROVENANCE_CELL = "# How these numbers were made"
 
@@ -184,6 +185,29 @@ def test_experiment_chapter_keeps_provenance_in_a_collapsed_block(name):
         text = "\n".join(_source(c) for c in cells)
         assert "(grok-step-length)=" in text and "step_q" in text, "grokking: the step-length question"
         assert ":name: grok-read-row" in text, "grokking: the worked example of reading a row"
+
+
+@pytest.mark.parametrize("name", USE_CHAPTERS)
+def test_use_chapter_keeps_benchmark_provenance_in_a_collapsed_block(name):
+    """Part IV reads stored benchmark runs: their commits and trees only in a hidden provenance cell
+    whose output is a closed <details>; the tables are rendered, not printed as aligned text."""
+    cells = _cells(name)
+    prov = [c for c in cells if c["cell_type"] == "code" and _source(c).startswith(PROVENANCE_CELL)]
+    assert prov, f"{name}: no '{PROVENANCE_CELL}' cell"
+    for c in prov:
+        assert "remove-input" in c["metadata"].get("tags", []), f"{name}: provenance code must be hidden"
+        assert "<details class='how-made'>" in _source(c) and " open" not in _source(c)
+    others = "\n".join(_source(c) for c in cells if c not in prov)
+    assert "git_commit" not in others and "git_dirty" not in others, \
+        f"{name}: commits are read outside the provenance block"
+    # A table printed with aligned format specs, e.g. print(f"{x:>9}{y:>13}"), instead of show_table.
+    printed = [i for i, c in enumerate(cells) if c["cell_type"] == "code"
+               and re.search(r"print\(f[\"'][^\n]*\{[^}\n]*:[<>]\d+[^}\n]*\}[^\n]*\{[^}\n]*:[<>]\d+", _source(c))]
+    assert not printed, f"{name}: cells {printed} print a table as text; render it with show_table"
+    for text in (_source(c) for c in cells if c["cell_type"] == "markdown"):
+        for block in re.findall(r"```\w*\n(.*?)```", text, flags=re.S):
+            wide = [line for line in block.splitlines() if len(line) > EXPERIMENT_CODE_LINE]
+            assert not wide, f"{name}: commands over {EXPERIMENT_CODE_LINE} characters: {wide}"
 
 
 def test_intro_states_aims_links_the_paper_and_promises_only_what_is_true():

@@ -1,5 +1,6 @@
 """The textbook around the chapters, as a reader sees it: aims, summaries, exercises with executed
-solutions, links into the glossary and the references, and numbered equations readable on a phone.
+solutions, links into the glossary and the references, numbered equations readable on a phone, and
+collapsed provenance, code and tables that fit the column in the experiment and usage chapters.
 
 Run after ``bash scripts/build_book.sh``::
 
@@ -16,7 +17,9 @@ pytestmark = pytest.mark.browser
 EQUATION_PAGES = [f"book/{name}.html" for name in
                   ("stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay")]
 EXPERIMENT_PAGES = [f"book/{name}.html" for name in ("grokking", "cifar")]
-TEXTBOOK_PAGES = EQUATION_PAGES + EXPERIMENT_PAGES
+# Part IV (using the library) has the same structure, and reads stored benchmark runs.
+USE_PAGES = [f"book/{name}.html" for name in ("use_in_your_model", "which_tool")]
+TEXTBOOK_PAGES = EQUATION_PAGES + EXPERIMENT_PAGES + USE_PAGES
 
 STRUCTURE_JS = r"""() => {
     const art = document.querySelector('article.bd-article');
@@ -115,7 +118,7 @@ EXPERIMENT_JS = r"""() => {
 }"""
 
 
-@pytest.mark.parametrize("page", EXPERIMENT_PAGES)
+@pytest.mark.parametrize("page", EXPERIMENT_PAGES + USE_PAGES)
 def test_experiment_chapter_collapses_provenance_and_fits_the_column(visit, page):
     import re
 
@@ -125,3 +128,18 @@ def test_experiment_chapter_collapses_provenance_and_fits_the_column(visit, page
     assert not words, f"{page}: process words in the visible text: {words}"
     assert s["scrolling"] <= s["blocks"] / 10, \
         f"{page}: {s['scrolling']} of {s['blocks']} code or output blocks scroll sideways at 1280 px"
+
+
+# Tables at 1280 px: each fits the column, so no column is cut off behind a scroll bar. (On a phone
+# a wide table may scroll inside its box; book.css keeps it from widening the page.)
+TABLES_JS = r"""() => Array.from(document.querySelectorAll('article.bd-article table'))
+    .filter(t => t.checkVisibility())
+    .map(t => ({head: t.innerText.slice(0, 60).replace(/\s+/g, ' '), sw: t.scrollWidth, cw: t.clientWidth}))"""
+
+
+@pytest.mark.parametrize("page", ["book/intro.html", *USE_PAGES])
+def test_tables_fit_the_column_at_1280(visit, page):
+    tables = visit(page, 1280).page.evaluate(TABLES_JS)
+    assert tables, f"{page}: no tables found"
+    clipped = [t for t in tables if t["sw"] > t["cw"] + 1]
+    assert not clipped, f"{page}: tables wider than the column at 1280 px (last columns hidden): {clipped}"
