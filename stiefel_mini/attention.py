@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .geometry import random_stiefel
-from .groups import frame_parameters, param_groups, qk_parameters
+from .groups import frame_parameters, param_groups, qk_parameters  # noqa: F401 (the old import path keeps working)
 
 __all__ = ["StiefelSelfAttention", "QKNormSelfAttention", "make_attention", "entropy"]
 # frame_parameters, qk_parameters and param_groups live in stiefel_mini.groups, beside the optimizer;

@@ -163,11 +163,8 @@ def test_no_process_words_in_the_reader_text(name):
     assert not found, f"{name}: process words (cell, text): {found}"
 
 
-@pytest.mark.parametrize("name", EXPERIMENT_CHAPTERS)
-def test_experiment_chapter_keeps_provenance_in_a_collapsed_block(name):
-    """Commits and commands of the results files: in a provenance cell whose input is removed and
-    whose output is a closed <details>, not in sentences; the step-length question is answered."""
-    cells = _cells(name)
+def _assert_collapsed_provenance(name: str, cells: list) -> None:
+    """Commits and trees only in hidden provenance cells whose output is a closed <details>."""
     prov = [c for c in cells if c["cell_type"] == "code" and _source(c).startswith(PROVENANCE_CELL)]
     assert prov, f"{name}: no '{PROVENANCE_CELL}' cell"
     for c in prov:
@@ -176,6 +173,14 @@ def test_experiment_chapter_keeps_provenance_in_a_collapsed_block(name):
     others = "\n".join(_source(c) for c in cells if c not in prov)
     assert "git_commit" not in others and "git_dirty" not in others, \
         f"{name}: commits are read outside the provenance block"
+
+
+@pytest.mark.parametrize("name", EXPERIMENT_CHAPTERS)
+def test_experiment_chapter_keeps_provenance_in_a_collapsed_block(name):
+    """Commits and commands of the results files: in a provenance cell whose input is removed and
+    whose output is a closed <details>, not in sentences; the step-length question is answered."""
+    cells = _cells(name)
+    _assert_collapsed_provenance(name, cells)
     reproduce = [_source(c) for c in cells if c["cell_type"] == "markdown" and "## Reproduce" in _source(c)]
     assert reproduce, f"{name}: no Reproduce section"
     for block in re.findall(r"```\w*\n(.*?)```", reproduce[0], flags=re.S):
@@ -192,14 +197,7 @@ def test_use_chapter_keeps_benchmark_provenance_in_a_collapsed_block(name):
     """Part IV reads stored benchmark runs: their commits and trees only in a hidden provenance cell
     whose output is a closed <details>; the tables are rendered, not printed as aligned text."""
     cells = _cells(name)
-    prov = [c for c in cells if c["cell_type"] == "code" and _source(c).startswith(PROVENANCE_CELL)]
-    assert prov, f"{name}: no '{PROVENANCE_CELL}' cell"
-    for c in prov:
-        assert "remove-input" in c["metadata"].get("tags", []), f"{name}: provenance code must be hidden"
-        assert "<details class='how-made'>" in _source(c) and " open" not in _source(c)
-    others = "\n".join(_source(c) for c in cells if c not in prov)
-    assert "git_commit" not in others and "git_dirty" not in others, \
-        f"{name}: commits are read outside the provenance block"
+    _assert_collapsed_provenance(name, cells)
     # A table printed with aligned format specs, e.g. print(f"{x:>9}{y:>13}"), instead of show_table.
     printed = [i for i, c in enumerate(cells) if c["cell_type"] == "code"
                and re.search(r"print\(f[\"'][^\n]*\{[^}\n]*:[<>]\d+[^}\n]*\}[^\n]*\{[^}\n]*:[<>]\d+", _source(c))]

@@ -10,7 +10,6 @@ they carry the ``standalone`` marker: CI runs them with everything else; leave t
 local run with ``-m "not standalone"``.
 """
 
-import os
 import shutil
 from pathlib import Path
 

@@ -96,8 +96,6 @@ def test_markdown_table_text_and_row_check():
 
 import re  # noqa: E402
 
-import torch  # noqa: E402
-
 from stiefel_mini.experiments import weight_decay as wdx  # noqa: E402
 from stiefel_mini.widgets import weight_decay_frame_html as widget_frame_html  # noqa: E402
 from stiefel_mini.widgets import weight_decay_widget  # noqa: E402

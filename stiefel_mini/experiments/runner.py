@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from stiefel_mini.experiments.config import ConfigError, cli, parse_cli, parse_config, split_argv
-from stiefel_mini.experiments.records import load_results, save_results
+from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.runtime import progress
 
 __all__ = ["changed_fields", "resume", "stamp", "run_grid", "parse_cli", "parse_sweep_cli", "cli"]

@@ -1,6 +1,6 @@
 """Tests of the CIFAR-10 sweep and command line, and of the stored repro records.
 
-Everything runs on a tiny CIFAR-shaped ImageFolder set written here (never the real data), through
+Everything runs on the tiny CIFAR-shaped ImageFolder set of `conftest.py` (never the real data). through
 the same loading code as the real benchmark.
 """
 
@@ -8,38 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 
 import pytest
-import torch
 
 from stiefel_mini import evidence
 from stiefel_mini.evidence import runs as evidence_runs
 from stiefel_mini.evidence.runs import at_best_lr
-from stiefel_mini.experiments import cifar, cifar_data, runtime
+from stiefel_mini.experiments import cifar
 from stiefel_mini.experiments.cifar import PLANS, REPRO_TINY_SET, CifarConfig
-from stiefel_mini.geometry import orthogonality_error
 
 REPO = Path(__file__).resolve().parents[2]
 REPRO_FILE = REPO / "results" / "cifar" / "repro.json"
 PROFILE = REPO / "results" / "repro_profile.json"
-
-
-@pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory) -> Path:
-    return cifar_data.write_tiny_image_folder(tmp_path_factory.mktemp("cifar") / "tiny", **REPRO_TINY_SET)
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    """Keep decoded tiny sets out of the user's cache, and no data folder from the environment."""
-    monkeypatch.setenv(cifar_data.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(cifar_data.ENV_DATA_DIR, raising=False)
-
-
-def tiny_cfg(root: Path, **kw) -> CifarConfig:
-    return dataclasses.replace(PLANS["repro"], data_dir=str(root), **kw)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -52,7 +33,7 @@ def test_cli_reports_missing_data(tmp_path):
         cifar.main(["--data_dir", str(tmp_path / "nowhere"), "--progress", "false"])
 
 
-def test_sweep_writes_incrementally_and_resumes(tiny_root, tmp_path):
+def test_sweep_writes_incrementally_and_resumes(tiny_cfg, tiny_root, tmp_path):
     out = tmp_path / "sweep.json"
     cfg = tiny_cfg(tiny_root, arms=("A0", "A1"), seeds=(0, 1), train_fractions=(0.5,), epochs=1, out=str(out))
     payload = cifar.sweep(cfg)
@@ -174,7 +155,7 @@ REL_TOL = 1e-4
 ACC_TOL = 0.02
 
 
-def test_repro_record_reproduces(tiny_root):
+def test_repro_record_reproduces(tiny_cfg, tiny_root):
     stored = json.loads(REPRO_FILE.read_text())["history"]
     assert json.loads(REPRO_FILE.read_text())["tiny_set"] == REPRO_TINY_SET
     cfg = tiny_cfg(tiny_root, arm=stored["arm"], seed=stored["seed"])

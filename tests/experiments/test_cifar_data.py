@@ -1,44 +1,15 @@
 """Tests of the CIFAR-10 data: the image folder, its cache, the stand-in, subsets and augmentation.
 
-Everything runs on a tiny CIFAR-shaped ImageFolder set written here (never the real data).
+Everything runs on the tiny CIFAR-shaped ImageFolder set of `conftest.py` (never the real data).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
-from pathlib import Path
 
 import pytest
 import torch
 
-from stiefel_mini import evidence
-from stiefel_mini.evidence import runs as evidence_runs
-from stiefel_mini.evidence.runs import at_best_lr
-from stiefel_mini.experiments import cifar, cifar_data, runtime
-from stiefel_mini.experiments.cifar import PLANS, REPRO_TINY_SET, CifarConfig
-from stiefel_mini.geometry import orthogonality_error
-
-REPO = Path(__file__).resolve().parents[2]
-REPRO_FILE = REPO / "results" / "cifar" / "repro.json"
-PROFILE = REPO / "results" / "repro_profile.json"
-
-
-@pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory) -> Path:
-    return cifar_data.write_tiny_image_folder(tmp_path_factory.mktemp("cifar") / "tiny", **REPRO_TINY_SET)
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    """Keep decoded tiny sets out of the user's cache, and no data folder from the environment."""
-    monkeypatch.setenv(cifar_data.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(cifar_data.ENV_DATA_DIR, raising=False)
-
-
-def tiny_cfg(root: Path, **kw) -> CifarConfig:
-    return dataclasses.replace(PLANS["repro"], data_dir=str(root), **kw)
+from stiefel_mini.experiments import cifar, cifar_data
 
 
 def test_image_folder_loads_and_caches(tiny_root, tmp_path):

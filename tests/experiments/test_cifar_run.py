@@ -1,45 +1,20 @@
 """Tests of one CIFAR-10 run: seeding, the model, paired starts, each arm, the measurements.
 
-Everything runs on a tiny CIFAR-shaped ImageFolder set written here (never the real data).
+Everything runs on the tiny CIFAR-shaped ImageFolder set of `conftest.py` (never the real data).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from stiefel_mini import evidence
-from stiefel_mini.evidence import runs as evidence_runs
-from stiefel_mini.evidence.runs import at_best_lr
-from stiefel_mini.experiments import cifar, cifar_data, runtime
-from stiefel_mini.experiments.cifar import PLANS, REPRO_TINY_SET, CifarConfig
+from stiefel_mini.experiments import cifar, runtime
+from stiefel_mini.experiments.cifar import PLANS, CifarConfig
 from stiefel_mini.geometry import orthogonality_error
-
-REPO = Path(__file__).resolve().parents[2]
-REPRO_FILE = REPO / "results" / "cifar" / "repro.json"
-PROFILE = REPO / "results" / "repro_profile.json"
-
-
-@pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory) -> Path:
-    return cifar_data.write_tiny_image_folder(tmp_path_factory.mktemp("cifar") / "tiny", **REPRO_TINY_SET)
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    """Keep decoded tiny sets out of the user's cache, and no data folder from the environment."""
-    monkeypatch.setenv(cifar_data.ENV_CACHE_DIR, str(tmp_path / "cache"))
-    monkeypatch.delenv(cifar_data.ENV_DATA_DIR, raising=False)
-
-
-def tiny_cfg(root: Path, **kw) -> CifarConfig:
-    return dataclasses.replace(PLANS["repro"], data_dir=str(root), **kw)
-
 
 
 def r2_cfg(root: Path, **kw) -> CifarConfig:
@@ -86,7 +61,7 @@ def test_paired_starts_share_every_weight():
 
 
 @pytest.mark.parametrize("arm", cifar.ALL_ARMS)
-def test_each_arm_trains_and_keeps_its_invariant(tiny_root, arm):
+def test_each_arm_trains_and_keeps_its_invariant(tiny_cfg, tiny_root, arm):
     h = cifar.run(tiny_cfg(tiny_root, arm=arm, epochs=1))
     assert h["arm"] == arm and math.isfinite(h["test_loss"])
     assert h["train_loss"][-1] < h["train_loss"][0] or arm == "A3"
@@ -98,7 +73,7 @@ def test_each_arm_trains_and_keeps_its_invariant(tiny_root, arm):
         assert h["orth_error"] < 1e-4
 
 
-def test_stiefel_steps_are_smaller_than_adamw_steps(tiny_root):
+def test_stiefel_steps_are_smaller_than_adamw_steps(tiny_cfg, tiny_root):
     a0 = cifar.run(tiny_cfg(tiny_root, arm="A0", epochs=1))
     a1 = cifar.run(tiny_cfg(tiny_root, arm="A1", epochs=1))
     a4 = cifar.run(tiny_cfg(tiny_root, arm="A4", epochs=1))

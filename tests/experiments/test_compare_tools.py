@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from stiefel_mini.experiments import compare_tools as ct
 

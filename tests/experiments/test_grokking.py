@@ -13,7 +13,6 @@ from stiefel_mini import evidence
 from stiefel_mini.experiments import grokking as G
 from stiefel_mini.experiments.config import ConfigError, parse_config
 from stiefel_mini.experiments.records import config_from_dict, load_results, save_results
-from stiefel_mini.geometry import orthogonality_error
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "grokking" / "cpu.json"
 

@@ -1,18 +1,11 @@
 """Tests of the grokking metrics and run selection: thresholds, collapses, paired seeds."""
 from __future__ import annotations
 
-import dataclasses
-import math
-from pathlib import Path
 
 import pytest
-import torch
 
 from stiefel_mini import evidence
 from stiefel_mini.experiments import grokking as G
-from stiefel_mini.experiments.config import ConfigError, parse_config
-from stiefel_mini.experiments.records import config_from_dict, load_results, save_results
-from stiefel_mini.geometry import orthogonality_error
 
 def test_metrics_on_a_synthetic_history():
     steps = list(range(0, 100, 10))

@@ -3,15 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-from stiefel_mini import evidence
 from stiefel_mini.experiments import grokking as G
-from stiefel_mini.experiments.config import ConfigError, parse_config
-from stiefel_mini.experiments.records import config_from_dict, load_results, save_results
 from stiefel_mini.geometry import orthogonality_error
 
 def _small(arm: str, seed: int = 0, **kw) -> G.GrokkingConfig:
