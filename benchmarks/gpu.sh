@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check of issue 13: the optimizer-step table at widths 256, 512, 1024 in float32
+# The prepared GPU check: the optimizer-step table at widths 256, 512, 1024 in float32
 # and bf16 (with the 10,000-step float32 drift table), and the end-to-end training throughput.
 # Run from the repository root on a CUDA machine: bash benchmarks/gpu.sh | tee benchmarks/gpu_results.txt
 # The step tables are also written, with every round's time and the run's provenance, to

@@ -1,7 +1,7 @@
-"""Robustness of the frame rule (issue 12): bad numbers and odd inputs give a clear error or the
-documented result, never a silently corrupted frame. One test per numbered reproducer of the issue
+"""Robustness of the frame rule: bad numbers and odd inputs give a clear error or the
+documented result, never a silently corrupted frame. One test per numbered reproducer
 (``test_reproducer_<k>_...``), tests of the smaller items, property tests, and the compile tests of
-the pure frame update (issue 13: no host synchronisation).
+the pure frame update (no host synchronisation).
 """
 
 from __future__ import annotations

@@ -139,6 +139,11 @@ PLANS: dict[str, CifarConfig] = {
     "r3_polar": CifarConfig(
         out="results/cifar/r3_polar.json", arms=("A5",), seeds=(0, 1, 2), train_fractions=(0.3,), epochs=10,
         frame_lrs=(0.01, 0.1, 0.3), **_R2),
+    # Data scaling at a fixed number of epochs: r2_fitted's A0 and A1 on 5k and 15k images, the same
+    # lrs and 10 epochs (so fewer steps), paired with r2_fitted's 50k-image runs of the same seeds.
+    "r3_epochs": CifarConfig(
+        out="results/cifar/r3_epochs.json", arms=("A0", "A1"), seeds=(0, 1, 2), train_fractions=(0.1, 0.3),
+        epochs=10, lr=3e-3, frame_lr=1.0, **_R2),
     # The GPU study: patch 4, a wider and deeper model, 12 paired seeds (results/cifar/gpu_round2.sh).
     "r2_gpu": CifarConfig(
         out="results/cifar/r2_gpu.json", arms=("A0", "A1", "A3", "qknorm"), seeds=tuple(range(12)),
