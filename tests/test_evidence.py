@@ -166,6 +166,17 @@ def test_mechanism_takes_its_primary_from_the_frame_lr_1_study_when_present(tmp_
     assert len(m["primary"]) == 6 and sum(r["testable"] for r in m["primary"]) >= 1
 
 
+def test_a_row_shown_on_its_own_gives_its_own_p_when_its_test_can_reach_the_level(tmp_path):
+    fitted(tmp_path, 8, 8, gain=2.5, cost=1.9)
+    sec = {r["label"]: r for r in by_key(tmp_path)["cifar_gain"]["secondary"]}
+    qk = sec["QK-norm − A0"]  # uncorrected (secondary), 8 paired seeds
+    assert qk["n"] == 8 and not qk["testable"]
+    text = evidence.sure_text(qk, 1)
+    assert text == f"exact sign test, {qk['wins']}/8 wins, p = {qk['p']:.2g}" and "too few" not in text
+    assert evidence.sure_text({**qk, "n": 3, "n_test": 3, "p_min": 0.25, "p": 0.25, "wins": 3}, 1).endswith(
+        "too few seeds for 0.05")
+
+
 def test_fixed_epoch_scaling_pairs_the_small_runs_with_the_fitted_ones(tmp_path):
     fitted(tmp_path, 4, 0, gain=2.0, cost=0.0)
     # A1's lead at 5,000 images: 1 point more than at 50,000 on every seed, known per seed

@@ -140,7 +140,9 @@ def sure_text(row: dict, family: int) -> str:
     if row["n"] == 0:
         return "no paired seed"
     test = "exact sign test" if row["test"] == "sign" else "exact signed-rank test"
-    if not row["testable"]:
+    # A row shown on its own (family 1) is testable when its test can reach the level at its n.
+    testable = row["testable"] or (family == 1 and row["p_min"] <= compare.ALPHA)
+    if not testable:
         return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.3g}: too few seeds for 0.05"
     corr = "" if family == 1 else f", Holm over {family}"
     return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.2g}{corr}" + (
