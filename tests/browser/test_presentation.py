@@ -104,3 +104,22 @@ def test_figures_are_not_shrunk(visit, page):
     figures = v.page.evaluate(FIGURES_JS)
     small = [f for f in figures if f["shown"] < 0.85 * f["natural"]]
     assert not small, f"{page}: figures squeezed below 85% of their size (text under 10 px): {small}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_one_search_field_and_no_empty_header_bar(visit, width):
+    """pydata-sphinx-theme's header bar (its persistent search button, a second full-width search
+    field) stays hidden; the reader searches from the sidebar field (desktop) or the article
+    header's button (phone), and the chapter starts at the top of the window."""
+    v = visit(book_pages()[0] if book_pages() else "<no built book>", width)
+    shown = v.page.evaluate("""() => {
+        const header = document.querySelector('header.bd-header');
+        const visible = el => el && el.checkVisibility() && el.getBoundingClientRect().height > 0;
+        return {header: visible(header),
+                sidebar_search: visible(document.querySelector('.bd-sidebar-primary .search-button-field')),
+                article_search: visible(document.querySelector('.article-header-buttons .search-button')),
+                title_top: Math.round(document.querySelector('article h1').getBoundingClientRect().top)};
+    }""")
+    assert not shown["header"], f"the theme's header bar is visible at {width} px"
+    assert shown["sidebar_search"] if width >= 1280 else shown["article_search"], shown
+    assert shown["title_top"] < 150, shown
