@@ -163,11 +163,11 @@ class StiefelAdam(torch.optim.Optimizer):
     update is :func:`stiefel_adam_frame_update` (which states it line by line):
 
     .. math::
-        m_t &= \beta_1 P_{W_t}(m_{t-1}) + (1-\beta_1)\, \xi_t, \quad \xi_t = P_{W_t}(G_t), \qquad
-        v_t = \beta_2 v_{t-1} + (1-\beta_2) \big(\lVert \xi_t \rVert_F^2 + 64u\,\lVert N_t \rVert_F^2\big), \\
+        m_t &= \beta_1 P_{W_t}(m_{t-1}) + (1-\beta_1)\, \xi_t, \quad \xi_t = P_{W_t}(G_t), \\
+        v_t &= \beta_2 v_{t-1} + (1-\beta_2) \big(\lVert \xi_t \rVert_F^2 + 64u\,\lVert N_t \rVert_F^2\big), \\
         W_{t+1} &= R^\text{polar}_{W_t}(S_t), \quad
-        S_t = -\eta D_t \min\!\big(1, \delta / \lVert \eta D_t \rVert_F\big), \quad
-        D_t = \frac{m_t / (1-\beta_1^t)}{\sqrt{v_t / (1-\beta_2^t)} + \epsilon},
+        S_t = -\eta D_t \min\!\big(1, \delta / \lVert \eta D_t \rVert_F\big), \\
+        D_t &= \frac{m_t / (1-\beta_1^t)}{\sqrt{v_t / (1-\beta_2^t)} + \epsilon},
 
     with ``N_t = sym(W_t^T G_t)``, the learning rate ``eta = lr``, the trust cap
     ``delta = max_step`` and ``u`` the unit roundoff. ``state["exp_avg"]`` holds ``m_t`` as formed
