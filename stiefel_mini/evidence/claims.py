@@ -225,8 +225,8 @@ CLAIMS: tuple[Claim, ...] = (
                      _r1("A1 − A7", "A7", "A1", 0.3), _r1("A1 − A4 (AdamW with A1's small step)", "A4", "A1", 0.3),
                      _r1("A1 − A5", "A5", "A1", 0.3)),
           expect_zero=("A7", "stiefel_column", "stiefel_canonical", "stiefel_noproj", "stiefel_nocap"),
-          confirm=(0, 1, 2), confirm_note="every run of the mechanism study at frame lr 1.0 (run after the "
-                                          "declaration)"),
+          confirm=tuple(range(8)), confirm_note="every run of the mechanism study at frame lr 1.0 (run after "
+                                                "the declaration)"),
 )
 """The claims, in the order of the paper's abstract."""
 
