@@ -1,12 +1,18 @@
 """Configs and command lines: one way to turn ``--field value`` into a typed config dataclass.
 
 Every experiment has a config dataclass and a ``python -m stiefel_mini.experiments.<name>`` command
-line. :func:`parse_config` type-checks ``--field value`` overrides against the dataclass's
-annotations; :func:`parse_cli` adds the two options every experiment shares, ``--preset NAME`` (the
-base config, from the experiment's presets) and ``--out PATH`` (the results file), and ``--help``;
-:func:`cli` runs a ``main`` so that a bad option ends in one line naming the field, not a traceback.
-:func:`split_argv` sorts the tokens of a command line between two configs, for a sweep's command
-line (:func:`stiefel_mini.experiments.runner.parse_sweep_cli`).
+line. A config may be made of *parts*: a field whose type is itself a dataclass (a run's ``model``,
+``optim``, ...). Its *leaf* fields are the scalar and tuple fields of the config and of its parts, and
+their names are unique across the parts (:func:`leaf_fields` checks), so every leaf keeps one flat
+name: on the command line (``--d_model 64``), in :func:`replace` and in the stored form
+(:func:`stiefel_mini.experiments.records.config_dict`), which is flat whatever the nesting.
+
+:func:`parse_config` type-checks ``--field value`` overrides against the leaves' annotations;
+:func:`parse_cli` adds the two options every experiment shares, ``--preset NAME`` (the base config,
+from the experiment's presets) and ``--out PATH`` (the results file), and ``--help``; :func:`cli` runs
+a ``main`` so that a bad option ends in one line naming the field, not a traceback. :func:`split_argv`
+sorts the tokens of a command line between two configs, for a sweep's command line
+(:func:`stiefel_mini.experiments.runner.parse_sweep_cli`).
 """
 
 from __future__ import annotations
@@ -17,11 +23,68 @@ import types
 import typing
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["ConfigError", "parse_config", "config_help", "parse_cli", "split_argv", "cli"]
+__all__ = ["ConfigError", "leaf_fields", "leaf_values", "replace", "parse_config", "config_help", "parse_cli",
+           "split_argv", "cli"]
 
 
 class ConfigError(ValueError):
     """A command-line override names an unknown field or gives a value of the wrong type."""
+
+
+def _is_part(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def leaf_fields(cls: type) -> dict[str, tuple[tuple[str, ...], Any]]:
+    """Every leaf field of the config dataclass ``cls``: ``name -> (path, annotation)``.
+
+    ``path`` is the attribute path from a ``cls`` instance, e.g. ``("model", "d_model")``; a field
+    whose annotation is a dataclass is a part, walked in field order. Raises ``TypeError`` when two
+    leaves share a name (the flat names would be ambiguous).
+    """
+    out: dict[str, tuple[tuple[str, ...], Any]] = {}
+    for f in dataclasses.fields(cls):
+        tp = typing.get_type_hints(cls)[f.name]
+        inner = ({name: ((f.name, *path), t) for name, (path, t) in leaf_fields(tp).items()}
+                 if _is_part(tp) else {f.name: ((f.name,), tp)})
+        clash = sorted(set(inner) & set(out))
+        if clash:
+            raise TypeError(f"{cls.__name__}: leaf field names {clash} occur in more than one part")
+        out.update(inner)
+    return out
+
+
+def leaf_values(cfg: Any) -> dict[str, Any]:
+    """The leaf fields of the config ``cfg`` and their values, flat, in :func:`leaf_fields` order."""
+    out: dict[str, Any] = {}
+    for name, (path, _) in leaf_fields(type(cfg)).items():
+        value = cfg
+        for attr in path:
+            value = getattr(value, attr)
+        out[name] = value
+    return out
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """``dataclasses.replace`` that reaches into the parts: each keyword names a leaf field (or a
+    field of ``cfg`` itself, a part included); the parts not named are shared, not copied.
+
+    Raises ``TypeError`` naming an unknown field, as ``dataclasses.replace`` does.
+    """
+    cls = type(cfg)
+    own = {f.name for f in dataclasses.fields(cls)}
+    leaves = leaf_fields(cls)
+    unknown = sorted(set(changes) - own - set(leaves))
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {unknown}; fields: {', '.join(leaves)}")
+    direct = {k: v for k, v in changes.items() if k in own}
+    by_part: dict[str, dict[str, Any]] = {}
+    for k, v in changes.items():
+        if k not in own:
+            by_part.setdefault(leaves[k][0][0], {})[k] = v
+    for part, sub in by_part.items():
+        direct[part] = replace(direct.get(part, getattr(cfg, part)), **sub)
+    return dataclasses.replace(cfg, **direct)
 
 
 _TRUE = {"true", "1", "yes", "y", "on"}
@@ -109,14 +172,16 @@ def _convert(tokens: list[str], tp: Any, field: str) -> Any:
 
 
 def config_help(cls: type) -> str:
-    """The ``--field type default`` lines of a config dataclass, as ``--help`` prints them."""
-    hints = typing.get_type_hints(cls)
+    """The ``--field type default`` lines of a config dataclass (its leaves, under each part's name),
+    as ``--help`` prints them. Every field needs a default."""
+    defaults = leaf_values(cls())
     lines = [f"{cls.__name__} options (--field value):"]
-    for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)"
-        )
-        lines.append(f"  --{f.name:<24} {_type_name(hints[f.name]):<28} default {default!r}")
+    part = ()
+    for name, (path, tp) in leaf_fields(cls).items():
+        if path[:-1] != part:
+            part = path[:-1]
+            lines.append(f"  {'.'.join(part)}:")
+        lines.append(f"  --{name:<24} {_type_name(tp):<28} default {defaults[name]!r}")
     return "\n".join(lines)
 
 
@@ -138,8 +203,8 @@ def parse_config(cls: type, argv: Sequence[str] | None = None, base: Any = None)
     if "-h" in argv or "--help" in argv:
         print(config_help(cls))
         raise SystemExit(0)
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    hints = {name: tp for name, (_, tp) in leaf_fields(cls).items()}
+    names = list(hints)
     values: dict[str, Any] = {}
     i = 0
     while i < len(argv):
@@ -148,7 +213,7 @@ def parse_config(cls: type, argv: Sequence[str] | None = None, base: Any = None)
             raise ConfigError(f"expected --field, got {token!r}; fields: {', '.join(names)}")
         key, eq, inline = token[2:].partition("=")
         key = key.replace("-", "_")
-        if key not in hints or key not in names:
+        if key not in hints:
             raise ConfigError(f"unknown field --{key} for {cls.__name__}; fields: {', '.join(names)}")
         if eq:
             tokens = [inline]
@@ -166,9 +231,7 @@ def parse_config(cls: type, argv: Sequence[str] | None = None, base: Any = None)
                 raise ConfigError(f"--{key}: missing value (expected {_type_name(hints[key])})")
             i = j
         values[key] = _convert(tokens, hints[key], key)
-    if base is not None:
-        return dataclasses.replace(base, **values)
-    return cls(**values)
+    return replace(cls() if base is None else base, **values)
 
 
 def _preset(presets: Mapping[str, Any], name: str) -> Any:
@@ -212,17 +275,17 @@ def parse_cli(cls: type, argv: Sequence[str] | None = None, *, presets: Mapping[
     name, argv = _pop(argv, "preset") if presets is not None else (None, argv)
     name = name or default_preset
     base = _preset(presets, name) if (presets is not None and name is not None) else None
-    has_out = "out" in {f.name for f in dataclasses.fields(cls)}
+    has_out = "out" in leaf_fields(cls)
     out = None
     if not has_out:
         out, argv = _pop(argv, "out")
     cfg = parse_config(cls, argv, base=base)
-    return cfg, (cfg.out if has_out else out), name
+    return cfg, (leaf_values(cfg)["out"] if has_out else out), name
 
 
 def split_argv(argv: Sequence[str], cls: type) -> tuple[list[str], list[str]]:
-    """Split ``--field value...`` tokens into those naming a field of ``cls`` and the rest."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    """Split ``--field value...`` tokens into those naming a leaf field of ``cls`` and the rest."""
+    names = set(leaf_fields(cls))
     mine: list[str] = []
     rest: list[str] = []
     target = rest

@@ -23,12 +23,15 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
+from stiefel_mini.experiments.config import leaf_fields, leaf_values, replace
+
 __all__ = ["provenance", "save_results", "load_results", "jsonable", "config_dict", "config_from_dict"]
 
 
 def config_dict(cfg: Any) -> dict:
-    """The dataclass ``cfg`` as a JSON-ready dict (tuples become lists)."""
-    return jsonable(dataclasses.asdict(cfg))
+    """The config dataclass ``cfg`` as a flat JSON-ready dict: one key per leaf field, its parts
+    included (:func:`stiefel_mini.experiments.config.leaf_values`); tuples become lists."""
+    return jsonable(leaf_values(cfg))
 
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +145,8 @@ def load_results(path: str | os.PathLike) -> dict:
 
 
 def config_from_dict(cls: type, stored: dict) -> Any:
-    """The ``cls`` dataclass a results file stores as a dict: lists become tuples again, and keys
-    that are not fields of ``cls`` are left out."""
-    fields = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in fields})
+    """The ``cls`` config a results file stores as a flat dict (:func:`config_dict`): lists become
+    tuples again, leaves it does not store keep their defaults, and keys that are not leaf fields of
+    ``cls`` are left out."""
+    leaves = leaf_fields(cls)
+    return replace(cls(), **{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in leaves})

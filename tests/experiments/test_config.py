@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import pytest
 
-from stiefel_mini.experiments.config import ConfigError, parse_cli, parse_config, split_argv
+from stiefel_mini.experiments.config import (ConfigError, leaf_fields, leaf_values, parse_cli, parse_config, replace,
+                                            split_argv)
+from stiefel_mini.experiments.records import config_dict, config_from_dict
 
 
 @dataclass
@@ -91,3 +93,64 @@ def test_split_argv():
 
     mine, rest = split_argv(["--seeds", "1", "2", "--lr", "3", "--steps=4"], Other)
     assert mine == ["--seeds", "1", "2"] and rest == ["--lr", "3", "--steps=4"]
+
+
+@dataclass
+class Model:
+    width: int = 8
+    depth: int = 2
+
+
+@dataclass
+class Optim:
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+
+
+@dataclass
+class Run:
+    seed: int = 0
+    model: Model = field(default_factory=Model)
+    optim: Optim = field(default_factory=Optim)
+
+
+def test_leaf_fields_walk_the_parts_and_refuse_a_shared_name():
+    leaves = leaf_fields(Run)
+    assert list(leaves) == ["seed", "width", "depth", "lr", "betas"]
+    assert leaves["width"][0] == ("model", "width") and leaves["lr"][1] is float
+
+    @dataclass
+    class Clash:
+        lr: float = 0.1
+        optim: Optim = field(default_factory=Optim)
+
+    with pytest.raises(TypeError, match=r"\['lr'\]"):
+        leaf_fields(Clash)
+
+
+def test_replace_reaches_into_the_parts_and_shares_the_rest():
+    run = Run()
+    new = replace(run, width=16, lr=0.5, seed=3)
+    assert new == Run(seed=3, model=Model(width=16), optim=Optim(lr=0.5))
+    assert run == Run() and new.optim is not run.optim
+    assert replace(run, seed=1).model is run.model
+    assert replace(run, model=Model(depth=5)).model.depth == 5
+    with pytest.raises(TypeError, match="no field"):
+        replace(run, widht=16)
+
+
+def test_nested_configs_parse_print_and_store_flat(capsys):
+    cfg = parse_config(Run, ["--width", "4", "--betas", "0.5,0.6", "--seed=2"])
+    assert cfg == Run(seed=2, model=Model(width=4), optim=Optim(betas=(0.5, 0.6)))
+    assert leaf_values(cfg) == {"seed": 2, "width": 4, "depth": 2, "lr": 1e-3, "betas": (0.5, 0.6)}
+    stored = config_dict(cfg)
+    assert stored == {"seed": 2, "width": 4, "depth": 2, "lr": 1e-3, "betas": [0.5, 0.6]}
+    assert config_from_dict(Run, {**stored, "gone": 1}) == cfg
+    assert config_from_dict(Run, {"depth": 7}) == Run(model=Model(depth=7))
+    with pytest.raises(ConfigError, match="unknown field --model"):
+        parse_config(Run, ["--model", "x"])
+    with pytest.raises(SystemExit):
+        parse_config(Run, ["--help"])
+    text = capsys.readouterr().out
+    assert "  model:" in text and "--width" in text and "optim:" in text
+    assert split_argv(["--width", "3", "--other", "1"], Run) == (["--width", "3"], ["--other", "1"])
