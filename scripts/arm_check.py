@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from stiefel_mini.experiments.config import leaf_values, replace
+
 SKIP = {"provenance", "provenance_previous", "provenance_merged", "wall_time_s", "train_seconds",
         "images_per_second", "ms_per_step", "timestamp_utc", "git_commit", "git_dirty", "command", "out",
         "data_dir", "reuse", "copied_from"}
@@ -34,7 +36,7 @@ SKIP = {"provenance", "provenance_previous", "provenance_merged", "wall_time_s",
 def flatten(obj: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
     """``(path, exact text)`` of every number, string and tensor in ``obj``."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = dataclasses.asdict(obj)
+        obj = leaf_values(obj)  # configs made of parts store flat
     if isinstance(obj, dict):
         for k in sorted(obj, key=str):
             if str(k) not in SKIP:
@@ -78,63 +80,63 @@ def cifar_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     presets = getattr(cifar, "PLANS", None) or cifar.PRESETS
     for arm in _arm_names():
         yield "cifar/repro", arm, lambda arm=arm: cifar.run(
-            dataclasses.replace(presets["repro"], arm=arm, epochs=1, data_dir=str(root)), data)
+            replace(presets["repro"], arm=arm, epochs=1, data_dir=str(root)), data)
         yield "cifar/r2_tiny", arm, lambda arm=arm: cifar.run(
-            dataclasses.replace(presets["r2_tiny"], arm=arm, train_fraction=0.5, steps=4, eval_every=1,
+            replace(presets["r2_tiny"], arm=arm, train_fraction=0.5, steps=4, eval_every=1,
                                 data_dir=str(root)), data)
     yield "cifar/sweep", "r2_tiny", lambda: cifar.sweep(
-        dataclasses.replace(presets["r2_tiny"], seeds=(0,), steps=3, repro_steps=2, out=str(tmp / "c.json"),
+        replace(presets["r2_tiny"], seeds=(0,), steps=3, repro_steps=2, out=str(tmp / "c.json"),
                             data_dir=str(root)), data)
     yield "cifar/tiny_set_run", "r2_ablation", lambda: cifar.tiny_set_run(
-        dataclasses.replace(presets["r2_ablation"], arm="A1", repro_steps=3))
+        replace(presets["r2_ablation"], arm="A1", repro_steps=3))
     yield "cifar/repro_record", "repro", lambda: cifar.repro_record(
-        dataclasses.replace(presets["repro"], epochs=1))
+        replace(presets["repro"], epochs=1))
 
 
 def grokking_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     from stiefel_mini.experiments import grokking as G
 
-    tiny = dataclasses.replace((getattr(G, "PLANS", None) or G.PRESETS)["tiny"], steps=12, eval_every=4)
+    tiny = replace((getattr(G, "PLANS", None) or G.PRESETS)["tiny"], steps=12, eval_every=4)
     for arm in _arm_names():
-        yield "grokking/tiny", arm, lambda arm=arm: G.run(dataclasses.replace(tiny, arm=arm))
+        yield "grokking/tiny", arm, lambda arm=arm: G.run(replace(tiny, arm=arm))
         yield "grokking/fixed", arm, lambda arm=arm: G.run(
-            dataclasses.replace(tiny, arm=arm, logit_rms_init=None, frame_lr=0.03))
-    plan = dataclasses.replace((getattr(G, "SWEEPS", None) or G.SWEEP_PLANS)["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
-    yield "grokking/sweep", "tiny", lambda: G.sweep(plan, dataclasses.replace(tiny, steps=6), command="x")
+            replace(tiny, arm=arm, logit_rms_init=None, frame_lr=0.03))
+    plan = replace((getattr(G, "SWEEPS", None) or G.SWEEP_PLANS)["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
+    yield "grokking/sweep", "tiny", lambda: G.sweep(plan, replace(tiny, steps=6), command="x")
     yield "grokking/sweep_wd", "tiny", lambda: G.sweep(
-        dataclasses.replace(plan, weight_decays=(0.1, 1.0), arms=("adamw",), out=str(tmp / "gw.json")),
-        dataclasses.replace(tiny, steps=6), command="x")
+        replace(plan, weight_decays=(0.1, 1.0), arms=("adamw",), out=str(tmp / "gw.json")),
+        replace(tiny, steps=6), command="x")
 
 
 def weight_decay_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     from stiefel_mini.experiments import weight_decay as W
 
-    cfg = dataclasses.replace(W.WeightDecayConfig(), steps=20, log_every=5, snapshot_steps=(0, 10, 20))
+    cfg = replace(W.WeightDecayConfig(), steps=20, log_every=5, snapshot_steps=(0, 10, 20))
     for arm in _arm_names():
         for scope in ("qk", "all"):
             yield f"weight_decay/{scope}", arm, lambda arm=arm, scope=scope: W.run(
-                dataclasses.replace(cfg, arm=arm, weight_decay=0.3, decay_scope=scope))
+                replace(cfg, arm=arm, weight_decay=0.3, decay_scope=scope))
     yield "weight_decay/sweep", "default", lambda: W.summary_table(
-        W.sweep(dataclasses.replace(cfg, weight_decays=(0.0, 1.0))))
+        W.sweep(replace(cfg, weight_decays=(0.0, 1.0))))
 
 
 def patch_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     from stiefel_mini.experiments import patch_attention as P
 
-    cfg = dataclasses.replace(P.PatchConfig(), steps=12)
+    cfg = replace(P.PatchConfig(), steps=12)
     image = P.sample_image(cfg.downsample)
     for arm in _arm_names():
-        yield "patch_attention", arm, lambda arm=arm: P.run(dataclasses.replace(cfg, arm=arm), image)
+        yield "patch_attention", arm, lambda arm=arm: P.run(replace(cfg, arm=arm), image)
 
 
 def compare_tools_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     from stiefel_mini.experiments import compare_tools as C
 
-    cfg = dataclasses.replace(C.ToolConfig(), steps=5)
+    cfg = replace(C.ToolConfig(), steps=5)
     for tool in C.TOOLS:
         for dtype in ("float32", "bfloat16"):
             yield f"compare_tools/{dtype}", tool, lambda tool=tool, dtype=dtype: C.run(
-                dataclasses.replace(cfg, tool=tool, dtype=dtype, weight_decay=0.1))
+                replace(cfg, tool=tool, dtype=dtype, weight_decay=0.1))
     try:
         from stiefel_mini.experiments import orthogonal_decay as D
     except ImportError:  # the demos lived in compare_tools
