@@ -13,7 +13,6 @@ and the reported ratio is the median over rounds of images/s(A1) / images/s(A0).
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ import torch
 
 from stiefel_mini.experiments import cifar, stats
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_options
-from stiefel_mini.experiments.config import parse_config
+from stiefel_mini.experiments.config import parse_config, replace
 from stiefel_mini.experiments.records import provenance
 from stiefel_mini.experiments.runtime import set_threads
 
@@ -54,17 +53,17 @@ def sync(device: torch.device) -> None:
 def measure(cfg: ThroughputConfig) -> dict:
     """Images/s of each arm per round, the per-round ratios to the first arm and their median."""
     set_threads(cfg.threads)
-    model_cfg = dataclasses.replace(cifar.PLANS[cfg.preset], device=cfg.device)
-    device = cifar.resolve_device(model_cfg.device)
-    autocast = model_cfg.bf16 and device.type == "cuda"
-    bs = model_cfg.batch_size
+    model_cfg = replace(cifar.PLANS[cfg.preset].run, device=cfg.device)
+    device = cifar.resolve_device(model_cfg.machine.device)
+    autocast = model_cfg.machine.bf16 and device.type == "cuda"
+    bs = model_cfg.schedule.batch_size
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (bs, 3, 32, 32), dtype=torch.uint8, generator=gen).to(device)
     y = torch.randint(0, 10, (bs,), generator=gen).to(device)
     trainers = {}
     for arm in cfg.arms:
         model = cifar.build_model(model_cfg, arm).to(device)
-        trainers[arm] = (model, make_optimizer(model, arm, **optimizer_options(model_cfg)))
+        trainers[arm] = (model, make_optimizer(model, arm, **optimizer_options(model_cfg.optimizer)))
 
     # On a CPU the clock is the process's CPU time: other jobs on a shared machine then slow
     # neither arm's number. A GPU's work is not CPU time, so there the clock is wall time.
@@ -75,7 +74,7 @@ def measure(cfg: ThroughputConfig) -> dict:
         sync(device)
         start = clock()
         for _ in range(n):
-            cifar.train_step(model, opt, x, y, gen, model_cfg.augment, autocast)
+            cifar.train_step(model, opt, x, y, gen, model_cfg.data.augment, autocast)
         sync(device)
         return n * bs / (clock() - start)
 

@@ -77,18 +77,18 @@ def cifar_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     root = cifar_data.write_tiny_image_folder(tmp / "tiny", **cifar.REPRO_TINY_SET)
     os.environ[cifar_data.ENV_CACHE_DIR] = str(tmp / "cache")
     data = cifar_data.load_cifar10(root)
-    presets = getattr(cifar, "PLANS", None) or cifar.PRESETS
+    presets = cifar.PLANS
+    run_of = lambda name: presets[name].run  # noqa: E731  (a plan is a sweep; .run is its run)
     for arm in _arm_names():
         yield "cifar/repro", arm, lambda arm=arm: cifar.run(
-            replace(presets["repro"], arm=arm, epochs=1, data_dir=str(root)), data)
+            replace(run_of("repro"), arm=arm, epochs=1, data_dir=str(root)), data)
         yield "cifar/r2_tiny", arm, lambda arm=arm: cifar.run(
-            replace(presets["r2_tiny"], arm=arm, train_fraction=0.5, steps=4, eval_every=1,
-                                data_dir=str(root)), data)
+            replace(run_of("r2_tiny"), arm=arm, train_fraction=0.5, steps=4, eval_every=1,
+                    data_dir=str(root)), data)
     yield "cifar/sweep", "r2_tiny", lambda: cifar.sweep(
         replace(presets["r2_tiny"], seeds=(0,), steps=3, repro_steps=2, out=str(tmp / "c.json"),
-                            data_dir=str(root)), data)
-    yield "cifar/tiny_set_run", "r2_ablation", lambda: cifar.tiny_set_run(
-        replace(presets["r2_ablation"], arm="A1", repro_steps=3))
+                data_dir=str(root)), data)
+    yield "cifar/tiny_set_run", "r2_ablation", lambda: cifar.tiny_set_run(replace(run_of("r2_ablation"), arm="A1"), 3)
     yield "cifar/repro_record", "repro", lambda: cifar.repro_record(
         replace(presets["repro"], epochs=1))
 

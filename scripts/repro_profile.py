@@ -75,6 +75,7 @@ OBSERVED = {"grokking": ("train_loss", "dist_q"), "cifar": ("train_loss", "qk_st
 
 def _child(task: str, overrides: dict) -> dict:
     """One run, in this process: the training loss (and a frame quantity) at every step."""
+    from stiefel_mini.experiments.config import replace
     from stiefel_mini.experiments.records import config_dict
 
     if task == "grokking":
@@ -86,9 +87,8 @@ def _child(task: str, overrides: dict) -> dict:
                 "val_acc": h["val_acc"], "dist_q": h["dist_q"]}
     from stiefel_mini.experiments import cifar as C
 
-    cfg = dataclasses.replace(C.PLANS["r3_mechanism"], log_every=1, repro_steps=overrides.pop("steps"),
-                              **overrides)
-    h = C.tiny_set_run(cfg)
+    cfg = replace(C.PLANS["r3_mechanism"], log_every=1, repro_steps=overrides.pop("steps"), **overrides)
+    h = C.tiny_set_run(cfg.run, cfg.repro_steps)
     return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"], "qk_step": h["qk_step"], "test_acc": h["test_acc"]}
 
 

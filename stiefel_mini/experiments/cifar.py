@@ -21,7 +21,6 @@ CLI (``--preset`` picks a plan of :data:`PLANS`, every config field can be overr
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 import tempfile
@@ -30,23 +29,26 @@ from typing import Iterator, Sequence
 
 from stiefel_mini.experiments import cifar_data
 from stiefel_mini.experiments.arms import arm_spec
-from stiefel_mini.experiments.cifar_config import (ALL_ARMS, PLANS, REPRO_TINY_SET, STUDIES, CifarConfig,
-                                                   stored_config, sweep_settings, swept_lrs)
+from stiefel_mini.experiments.cifar_config import (ALL_ARMS, PLANS, REPRO_TINY_SET, STUDIES, CifarConfig, CifarData,
+                                                   CifarMachine, CifarModel, CifarOptimizer, CifarSchedule,
+                                                   CifarSweep, stored_config, sweep_settings, swept_lrs)
 from stiefel_mini.experiments.cifar_results import groups, load_studies, run_key, study_status, summary_table
 from stiefel_mini.experiments.cifar_run import (attention_stats, build_model, evaluate, fixed_subset, lr_factor,
                                                 qk_vector, resolve_device, run, stream, train_indices, train_step)
+from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.records import provenance, save_results
 from stiefel_mini.experiments.runner import changed_fields, cli, parse_cli, resume, run_grid, stamp
 from stiefel_mini.experiments.runtime import set_threads
 
-__all__ = ["ALL_ARMS", "CifarConfig", "PLANS", "STUDIES", "REPRO_TINY_SET", "stored_config", "swept_lrs",
+__all__ = ["ALL_ARMS", "CifarConfig", "CifarModel", "CifarOptimizer", "CifarSchedule", "CifarData", "CifarMachine",
+           "CifarSweep", "PLANS", "STUDIES", "REPRO_TINY_SET", "stored_config", "swept_lrs",
            "sweep_settings", "resolve_device", "stream", "build_model", "train_indices", "fixed_subset", "lr_factor",
            "evaluate", "train_step", "attention_stats", "qk_vector", "run", "run_key", "groups", "summary_table",
            "load_studies", "study_status", "sweep", "merge_results", "tiny_set", "tiny_set_run", "repro_record",
            "parse_args", "main"]
 
 
-def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
+def sweep(cfg: CifarSweep, data: cifar_data.Cifar10 | None = None) -> dict:
     """Run every (seed, fraction, arm, lr) of the grid, rewriting ``cfg.out`` after each run.
 
     Seeds are the outer loop, so an interrupted sweep leaves complete paired seeds. Runs already in
@@ -60,17 +62,19 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     Returns:
         The results payload: ``provenance``, ``settings``, ``runs`` and ``summary``.
     """
-    set_threads(cfg.threads)
+    if not isinstance(cfg, CifarSweep):
+        raise TypeError(f"sweep takes a CifarSweep (a plan of PLANS), got {type(cfg).__name__}")
+    set_threads(cfg.run.machine.threads)
     if data is None:
-        data = cifar_data.load_cifar10(cfg.data_dir)
+        data = cifar_data.load_cifar10(cfg.run.data.data_dir)
     old = resume(cfg.out, "settings", sweep_settings(cfg)) or {}
     runs = [h for h in old.get("runs", []) if not (cfg.redo_dirty and h.get("git_dirty"))]
     repro = old.get("repro")
     previous = [*old.get("provenance_previous", []), old["provenance"]] if old else []
     # Runs of files that record no lrs ran at the file's own (lr, frame_lr).
-    done = {k if k[3] is not None else k[:3] + swept_lrs(dataclasses.replace(cfg, lrs=(), frame_lrs=()), k[2])[0]
+    done = {k if k[3] is not None else k[:3] + swept_lrs(replace(cfg, lrs=(), frame_lrs=()), k[2])[0]
             for k in map(run_key, runs)}
-    prov = provenance(cfg, cfg.seeds, device=resolve_device(cfg.device))
+    prov = provenance(cfg, cfg.seeds, device=resolve_device(cfg.run.machine.device))
     prov["data_source"] = data.source
     grid = [(s, f, a, lrs) for s in cfg.seeds for f in cfg.train_fractions for a in cfg.arms
             for lrs in swept_lrs(cfg, a)]
@@ -87,11 +91,11 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
 
     def point_cfg(point) -> CifarConfig:
         seed, fraction, arm, (lr, frame_lr) = point
-        return dataclasses.replace(cfg, arm=arm, seed=seed, train_fraction=fraction, lr=lr,
-                                   frame_lr=frame_lr if frame_lr is not None else cfg.frame_lr)
+        return replace(cfg.run, arm=arm, seed=seed, train_fraction=fraction, lr=lr,
+                       frame_lr=frame_lr if frame_lr is not None else cfg.run.optimizer.frame_lr)
 
     if cfg.repro_steps > 0 and repro is None and grid:
-        repro = tiny_set_run(point_cfg(grid[0]))
+        repro = tiny_set_run(point_cfg(grid[0]), cfg.repro_steps)
         save()
 
     def done_(point) -> bool:
@@ -103,7 +107,7 @@ def sweep(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
         runs.append(h)
         done.add(run_key(h))
 
-    run_grid(grid, done_, run_point, save, enabled=cfg.progress)
+    run_grid(grid, done_, run_point, save, enabled=cfg.run.machine.progress)
     return payload()
 
 
@@ -146,36 +150,37 @@ def tiny_set() -> Iterator[Path]:
             del os.environ[cifar_data.ENV_CACHE_DIR]
 
 
-def repro_record(cfg: CifarConfig = PLANS["repro"]) -> dict:
-    """Run ``cfg`` (the ``repro`` plan) on the tiny synthetic set.
+def repro_record(cfg: CifarSweep = PLANS["repro"]) -> dict:
+    """Run ``cfg.run`` (the ``repro`` plan's) on the tiny synthetic set.
 
     Saves ``{"provenance", "tiny_set", "history"}`` to ``cfg.out`` when set and returns it.
     """
     with tiny_set() as root:
-        history = run(dataclasses.replace(cfg, data_dir=str(root)))
+        history = run(replace(cfg.run, data_dir=str(root)))
     payload = {"provenance": provenance(cfg, cfg.seeds), "tiny_set": REPRO_TINY_SET, "history": history}
     if cfg.out:
         save_results(cfg.out, payload)
     return payload
 
 
-def tiny_set_run(cfg: CifarConfig) -> dict:
-    """``cfg`` (its arm, seed, lrs, model) for ``cfg.repro_steps`` steps on the tiny synthetic set.
+def tiny_set_run(cfg: CifarConfig, steps: int) -> dict:
+    """The run ``cfg`` (its arm, seed, lrs, model) for ``steps`` steps on the tiny synthetic set.
 
     All of the set trains and scores (train fraction 1, no train-accuracy subset, eval only at the
     end), on the CPU with one thread; the history records ``repro_steps``. The reproduction record of
     a study's file: it checks the code and settings the file was made with, anywhere, without data.
     """
-    short = dataclasses.replace(cfg, train_fraction=1.0, steps=cfg.repro_steps, train_eval_size=0, test_size=0,
-                                eval_every=0, progress=False, device="cpu", threads=1, out=None)
+    short = replace(cfg, train_fraction=1.0, steps=steps, train_eval_size=0, test_size=0, eval_every=0,
+                    progress=False, device="cpu", threads=1)
     with tiny_set() as root:
-        history = run(dataclasses.replace(short, data_dir=str(root)))
-    return {**history, "repro_steps": cfg.repro_steps}
+        history = run(replace(short, data_dir=str(root)))
+    return {**history, "repro_steps": steps}
 
 
-def parse_args(argv: Sequence[str]) -> tuple[CifarConfig, str]:
-    """``(config, plan name)`` of a command line: ``[--preset NAME] [--field value ...]``."""
-    cfg, _, preset = parse_cli(CifarConfig, list(argv), presets=PLANS, default_preset="cpu",
+def parse_args(argv: Sequence[str]) -> tuple[CifarSweep, str]:
+    """``(sweep, plan name)`` of a command line: ``[--preset NAME] [--field value ...]`` (every leaf
+    field of :class:`CifarSweep`, its run's included)."""
+    cfg, _, preset = parse_cli(CifarSweep, list(argv), presets=PLANS, default_preset="cpu",
                                usage="python -m stiefel_mini.experiments.cifar [--preset NAME] [--field value ...]")
     return cfg, preset
 

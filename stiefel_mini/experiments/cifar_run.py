@@ -57,10 +57,9 @@ def build_model(cfg: CifarConfig, arm: str | Arm | None = None) -> PatchViT:
     arm of a seed starts from the same weights."""
     spec = arm_spec(cfg.arm if arm is None else arm)
     torch.manual_seed(stream_seed(cfg.seed, "init") if cfg.seeding == "streams" else cfg.seed)
-    return PatchViT(
-        patch_size=cfg.patch_size, d_model=cfg.d_model, depth=cfg.depth, n_heads=cfg.n_heads,
-        d_head=cfg.d_head, mlp_ratio=cfg.mlp_ratio, **spec.module_flags(cfg.logit_scale),
-    )
+    m = cfg.model
+    return PatchViT(patch_size=m.patch_size, d_model=m.d_model, depth=m.depth, n_heads=m.n_heads, d_head=m.d_head,
+                    mlp_ratio=m.mlp_ratio, **spec.module_flags(m.logit_scale))
 
 
 def train_indices(labels: torch.Tensor, fraction: float, generator: torch.Generator) -> torch.Tensor:
@@ -169,7 +168,7 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
 
     Args:
         cfg: the run (``cfg.arm``, ``cfg.seed``, ``cfg.train_fraction``) and its settings.
-        data: CIFAR-10 tensors; loaded from ``cfg.data_dir`` when None.
+        data: CIFAR-10 tensors; loaded from ``cfg.data.data_dir`` when None.
 
     Returns:
         A JSON-ready dict: the run's keys, final ``test_acc`` / ``test_loss`` / ``train_acc``,
@@ -177,15 +176,19 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
         ``qk_drift`` (||W_T - W_0||_F / ||W_0||_F), ``orth_error`` (mean over heads of
         ||W^T W - I||_F at the end), the training-loss curve and periodic test evaluations.
     """
-    set_threads(cfg.threads)
-    device = resolve_device(cfg.device)
+    if not isinstance(cfg, CifarConfig):
+        raise TypeError(f"run takes one run's CifarConfig, got {type(cfg).__name__}; a plan (CifarSweep) "
+                        "holds its run as .run")
+    sched, machine = cfg.schedule, cfg.machine
+    set_threads(machine.threads)
+    device = resolve_device(machine.device)
     if data is None:
-        data = cifar_data.load_cifar10(cfg.data_dir)
+        data = cifar_data.load_cifar10(cfg.data.data_dir)
     spec = arm_spec(cfg.arm)
     code = spec.label
 
     model = build_model(cfg, spec).to(device)
-    optimizer = make_optimizer(model, spec, **optimizer_options(cfg))
+    optimizer = make_optimizer(model, spec, **optimizer_options(cfg.optimizer))
     # One generator drives subset-independent randomness of training: batch order and augmentation.
     if cfg.seeding == "v0":
         torch.manual_seed(cfg.seed)  # v0 reseeds the global generator here; nothing below draws from it
@@ -193,29 +196,30 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
 
     idx = train_indices(data.train_y, cfg.train_fraction, stream(cfg, "subset"))
     train_x, train_y = data.train_x[idx].to(device), data.train_y[idx].to(device)
-    eval_idx = (fixed_subset(train_y.cpu(), cfg.train_eval_size, stream(cfg, "fixed"))
-                if cfg.train_eval_size > 0 else None)
-    test_idx = fixed_subset(data.test_y, cfg.test_size, stream(cfg, "fixed"))
+    eval_idx = (fixed_subset(train_y.cpu(), cfg.data.train_eval_size, stream(cfg, "fixed"))
+                if cfg.data.train_eval_size > 0 else None)
+    test_idx = fixed_subset(data.test_y, cfg.data.test_size, stream(cfg, "fixed"))
     test_x, test_y = data.test_x[test_idx], data.test_y[test_idx]
 
-    steps_per_epoch = max(1, train_x.shape[0] // cfg.batch_size)
-    total = cfg.steps if cfg.steps > 0 else steps_per_epoch * cfg.epochs
-    warmup = int(round(cfg.warmup_share * total if cfg.warmup_share is not None
-                       else cfg.warmup_epochs * steps_per_epoch))
+    steps_per_epoch = max(1, train_x.shape[0] // sched.batch_size)
+    total = sched.steps if sched.steps > 0 else steps_per_epoch * sched.epochs
+    warmup = int(round(sched.warmup_share * total if sched.warmup_share is not None
+                       else sched.warmup_epochs * steps_per_epoch))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total, warmup))
-    autocast = cfg.bf16 and device.type == "cuda"
+    autocast = machine.bf16 and device.type == "cuda"
 
     qk0 = qk_vector(model)
     history: dict[str, Any] = {
         "arm": code, "arm_name": spec.name, "seed": cfg.seed, "train_fraction": cfg.train_fraction,
         "n_train": int(train_x.shape[0]), "n_test": int(test_x.shape[0]), "steps_total": total,
-        "lr": cfg.lr, "frame_lr": cfg.frame_lr if spec.qk in ("stiefel", "adamw_polar") else None,
+        "lr": cfg.optimizer.lr,
+        "frame_lr": cfg.optimizer.frame_lr if spec.qk in ("stiefel", "adamw_polar") else None,
         "step": [], "train_loss": [], "qk_step": [], "max_logit": [], "attn_entropy": [], "evals": [],
     }
     probe_x = cifar_data.normalize(test_x[:256].to(device))  # fixed images for attention statistics
 
     def attention_eval(epoch: int) -> dict:
-        acc, tl = evaluate(model, test_x, test_y, device, cfg.bf16)
+        acc, tl = evaluate(model, test_x, test_y, device, machine.bf16)
         return {"epoch": epoch, "step": step, "test_acc": acc, "test_loss": tl, **attention_stats(model, probe_x)}
 
     # Running sums stay on the device and are read only at log points (no per-step host sync).
@@ -224,14 +228,14 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     step_sum_all = torch.zeros((), device=device)
     window = 0
     start_time = time.perf_counter()
-    bar = progress(total=total, desc=f"{code} seed {cfg.seed} frac {cfg.train_fraction}", enabled=cfg.progress,
+    bar = progress(total=total, desc=f"{code} seed {cfg.seed} frac {cfg.train_fraction}", enabled=machine.progress,
                    leave=False)
     step, epoch = 0, 0
     while step < total:
-        for batch in cifar_data.epoch_batches(train_x.shape[0], cfg.batch_size, gen):
+        for batch in cifar_data.epoch_batches(train_x.shape[0], sched.batch_size, gen):
             before = qk_vector(model)
             batch = batch.to(device)
-            loss = train_step(model, optimizer, train_x[batch], train_y[batch], gen, cfg.augment, autocast)
+            loss = train_step(model, optimizer, train_x[batch], train_y[batch], gen, cfg.data.augment, autocast)
             scheduler.step()
             qk_step = torch.linalg.vector_norm(qk_vector(model) - before)
             loss_sum += loss
@@ -240,7 +244,7 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
             window += 1
             step += 1
             bar.update()
-            if step % cfg.log_every == 0 or step == total:
+            if step % sched.log_every == 0 or step == total:
                 history["step"].append(step)
                 history["train_loss"].append(loss_sum.item() / window)
                 history["qk_step"].append(step_sum.item() / window)
@@ -254,7 +258,7 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
             if step == total:
                 break
         epoch += 1
-        if cfg.eval_every and epoch % cfg.eval_every == 0 and step < total:
+        if sched.eval_every and epoch % sched.eval_every == 0 and step < total:
             history["evals"].append(attention_eval(epoch))
     bar.close()
     train_seconds = time.perf_counter() - start_time
@@ -265,7 +269,7 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     history["max_logit_final"], history["attn_entropy_final"] = final["max_logit"], final["entropy"]
     if eval_idx is not None:
         history["train_acc"], history["train_eval_loss"] = evaluate(
-            model, train_x[eval_idx.to(device)], train_y[eval_idx.to(device)], device, cfg.bf16
+            model, train_x[eval_idx.to(device)], train_y[eval_idx.to(device)], device, machine.bf16
         )
     qk = qk_vector(model)
     history["qk_step_mean"] = step_sum_all.item() / max(1, total)
@@ -274,5 +278,5 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
         torch.cat([orthogonality_error(p.detach().float()).flatten() for p in model.qk_parameters()]).mean()
     )
     history["train_seconds"] = train_seconds
-    history["images_per_second"] = total * cfg.batch_size / train_seconds
+    history["images_per_second"] = total * sched.batch_size / train_seconds
     return history

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 
 from stiefel_mini.experiments import cifar_data
 from stiefel_mini.experiments.cifar import PLANS, REPRO_TINY_SET, CifarConfig
+from stiefel_mini.experiments.config import replace
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def private_cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def tiny_cfg():
-    """``tiny_cfg(root, **changes)``: the ``repro`` plan on the tiny set at ``root``."""
+    """``tiny_cfg(root, **changes)``: the ``repro`` plan's run on the tiny set at ``root``."""
     def make(root: Path, **kw) -> CifarConfig:
-        return dataclasses.replace(PLANS["repro"], data_dir=str(root), **kw)
+        return replace(PLANS["repro"].run, data_dir=str(root), **kw)
     return make

@@ -6,7 +6,6 @@ the same loading code as the real benchmark.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -16,7 +15,8 @@ from stiefel_mini import evidence
 from stiefel_mini.evidence import runs as evidence_runs
 from stiefel_mini.evidence.runs import at_best_lr
 from stiefel_mini.experiments import cifar
-from stiefel_mini.experiments.cifar import PLANS, REPRO_TINY_SET, CifarConfig
+from stiefel_mini.experiments.cifar import PLANS, REPRO_TINY_SET, CifarSweep
+from stiefel_mini.experiments.config import replace
 
 REPO = Path(__file__).resolve().parents[2]
 REPRO_FILE = REPO / "results" / "cifar" / "repro.json"
@@ -33,9 +33,10 @@ def test_cli_reports_missing_data(tmp_path):
         cifar.main(["--data_dir", str(tmp_path / "nowhere"), "--progress", "false"])
 
 
-def test_sweep_writes_incrementally_and_resumes(tiny_cfg, tiny_root, tmp_path):
+def test_sweep_writes_incrementally_and_resumes(tiny_root, tmp_path):
     out = tmp_path / "sweep.json"
-    cfg = tiny_cfg(tiny_root, arms=("A0", "A1"), seeds=(0, 1), train_fractions=(0.5,), epochs=1, out=str(out))
+    cfg = replace(PLANS["repro"], data_dir=str(tiny_root), arms=("A0", "A1"), seeds=(0, 1), train_fractions=(0.5,),
+                  epochs=1, out=str(out))
     payload = cifar.sweep(cfg)
     stored = json.loads(out.read_text())
     assert len(stored["runs"]) == 4 and stored["provenance"]["config"]["arms"] == ["A0", "A1"]
@@ -51,7 +52,7 @@ def test_sweep_writes_incrementally_and_resumes(tiny_cfg, tiny_root, tmp_path):
     stored["runs"][2].update(git_dirty=True, marker="from an edited tree")
     out.write_text(json.dumps(stored))
     assert sum("marker" in h for h in cifar.sweep(cfg)["runs"]) == 1
-    redone = cifar.sweep(dataclasses.replace(cfg, redo_dirty=True))["runs"]
+    redone = cifar.sweep(replace(cfg, redo_dirty=True))["runs"]
     assert len(redone) == 4 and not any("marker" in h for h in redone)
     assert (redone[-1]["seed"], redone[-1]["arm"]) == (1, "A0")
 
@@ -61,8 +62,8 @@ def test_sweep_writes_incrementally_and_resumes(tiny_cfg, tiny_root, tmp_path):
 # ---------------------------------------------------------------------------------------------------
 
 
-def r2_cfg(root: Path, **kw) -> CifarConfig:
-    return dataclasses.replace(PLANS["r2_tiny"], data_dir=str(root), **kw)
+def r2_cfg(root: Path, **kw) -> CifarSweep:
+    return replace(PLANS["r2_tiny"], data_dir=str(root), **kw)
 
 
 def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
@@ -72,10 +73,10 @@ def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
     assert len(payload["runs"]) == 2 * 4 and payload["repro"]["repro_steps"] == 3
     # The stored repro run is the first grid point on the tiny set, and reruns exactly.
     assert (payload["repro"]["arm"], payload["repro"]["seed"], payload["repro"]["lr"]) == ("A0", 0, 1e-3)
-    assert cifar.tiny_set_run(dataclasses.replace(cfg, arm="A0", seed=0, lr=1e-3))["train_loss"] == \
+    assert cifar.tiny_set_run(replace(cfg.run, arm="A0", seed=0, lr=1e-3), cfg.repro_steps)["train_loss"] == \
         payload["repro"]["train_loss"]
     assert {(r["arm"], r["lr"], r["frame_lr"]) for r in payload["runs"]} == {
-        ("A0", 1e-3, None), ("A0", 3e-3, None), ("A1", cfg.lr, 1e-2), ("A1", cfg.lr, 0.3)}
+        ("A0", 1e-3, None), ("A0", 3e-3, None), ("A1", cfg.run.optimizer.lr, 1e-2), ("A1", cfg.run.optimizer.lr, 0.3)}
     assert all(r["git_commit"] == payload["provenance"]["git_commit"] and "git_dirty" in r for r in payload["runs"])
     curves = {c["arm"]: c for c in evidence_runs.lr_curves(payload["runs"])}
     assert curves["A1"]["swept"] == "frame_lr" and [p["value"] for p in curves["A1"]["points"]] == [1e-2, 0.3]
@@ -91,25 +92,25 @@ def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
     assert again["runs"] == json.loads(out.read_text())["runs"] and len(again["provenance_previous"]) == 1
     assert again["repro"] == payload["repro"]
     with pytest.raises(ValueError, match="other settings"):
-        cifar.sweep(dataclasses.replace(cfg, steps=7))
+        cifar.sweep(replace(cfg, steps=7))
 
 
 def test_parallel_sweeps_merge_into_one_file(tiny_root, tmp_path):
     cfg = r2_cfg(tiny_root, arms=("A0", "A1"), train_fractions=(1.0,), lrs=(), frame_lrs=())
-    a = cifar.sweep(dataclasses.replace(cfg, seeds=(0,), out=str(tmp_path / "a.json")))
-    b = cifar.sweep(dataclasses.replace(cfg, seeds=(1,), out=str(tmp_path / "b.json")))
+    a = cifar.sweep(replace(cfg, seeds=(0,), out=str(tmp_path / "a.json")))
+    b = cifar.sweep(replace(cfg, seeds=(1,), out=str(tmp_path / "b.json")))
     merged = cifar.merge_results([a, b])
     assert [(r["seed"], r["arm"]) for r in merged["runs"]] == [(0, "A0"), (0, "A1"), (1, "A0"), (1, "A1")]
     assert merged["repro"] == a["repro"] and merged["provenance_previous"] == [b["provenance"]]
     assert merged["summary"] == cifar.summary_table(merged["runs"])
     with pytest.raises(ValueError, match="more than one file"):
         cifar.merge_results([a, a])
-    other = cifar.sweep(dataclasses.replace(cfg, seeds=(1,), steps=7, out=str(tmp_path / "c.json")))
+    other = cifar.sweep(replace(cfg, seeds=(1,), steps=7, out=str(tmp_path / "c.json")))
     with pytest.raises(ValueError, match="fields \\['steps'\\]"):
         cifar.merge_results([a, other])
 
 
-def _config(stored: dict) -> CifarConfig:
+def _config(stored: dict) -> CifarSweep:
     return cifar.stored_config(stored)
 
 
@@ -117,7 +118,8 @@ def test_tiny_set_run_reproduces_the_profiled_run():
     """The profile's reference run (A1 at frame lr 1.0 on the tiny set), step by step."""
     prof = next(p for p in json.loads(PROFILE.read_text())["profiles"] if p["task"] == "cifar")
     ref = prof["runs"]["kernel:native"]
-    h = cifar.tiny_set_run(_config(ref["config"]))
+    plan = _config(ref["config"])
+    h = cifar.tiny_set_run(plan.run, plan.repro_steps)
     assert h["step"] == ref["step"]
     for key in ("train_loss", "qk_step"):
         assert h[key] == pytest.approx(ref[key], rel=REL_TOL), key
@@ -130,10 +132,10 @@ def test_study_files_reproduce_their_repro_run():
     for path in paths:
         stored = json.loads(path.read_text())
         repro = stored["repro"]
-        cfg = _config(stored["provenance"]["config"])
-        cfg = dataclasses.replace(cfg, arm=repro["arm_name"], seed=repro["seed"], lr=repro["lr"],
-                                  frame_lr=repro["frame_lr"] if repro["frame_lr"] is not None else cfg.frame_lr)
-        h = cifar.tiny_set_run(cfg)
+        plan = _config(stored["provenance"]["config"])
+        frame_lr = repro["frame_lr"] if repro["frame_lr"] is not None else plan.run.optimizer.frame_lr
+        cfg = replace(plan.run, arm=repro["arm_name"], seed=repro["seed"], lr=repro["lr"], frame_lr=frame_lr)
+        h = cifar.tiny_set_run(cfg, plan.repro_steps)
         assert h["step"] == repro["step"], path.name
         assert h["train_loss"] == pytest.approx(repro["train_loss"], rel=REL_TOL), path.name
         assert h["qk_step_mean"] == pytest.approx(repro["qk_step_mean"], rel=REL_TOL), path.name

@@ -99,7 +99,7 @@ def test_held_out_best_picks_each_seeds_lr_on_the_other_seeds():
 
 def test_study_status_counts_the_planned_grid(tmp_path):
     cfg = cifar.PLANS["r2_lr"]
-    runs = [rec("A0", 0, 0.5, lr=lr) for lr in cfg.lrs] + [rec("A1", 0, 0.5, lr=cfg.lr, frame_lr=0.01)]
+    runs = [rec("A0", 0, 0.5, lr=lr) for lr in cfg.lrs] + [rec("A1", 0, 0.5, lr=cfg.run.optimizer.lr, frame_lr=0.01)]
     status = {r["preset"]: r for r in cifar.study_status({"r2_lr": {"runs": runs}, "r2_fitted": None})}
     lr = status["r2_lr"]
     n_planned = len(cfg.seeds) * (2 * len(cfg.lrs) + len(cfg.frame_lrs))  # A0 and qknorm on lrs, A1 on frame lrs

@@ -5,7 +5,6 @@ Everything runs on the tiny CIFAR-shaped ImageFolder set of `conftest.py` (never
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -14,41 +13,43 @@ import torch
 
 from stiefel_mini.experiments import cifar, runtime
 from stiefel_mini.experiments.cifar import PLANS, CifarConfig
+from stiefel_mini.experiments.config import replace
 from stiefel_mini.geometry import orthogonality_error
 
 
 def r2_cfg(root: Path, **kw) -> CifarConfig:
-    return dataclasses.replace(PLANS["r2_tiny"], data_dir=str(root), **kw)
+    return replace(PLANS["r2_tiny"].run, data_dir=str(root), **kw)
+
 
 def test_seeding_v0_is_the_committed_scheme_and_streams_the_package_rule():
     # The package rule is the default; the plans made with v0 name it, and so do stored configs by
     # leaving the field out.
-    assert CifarConfig().seeding == "streams" and cifar.stored_config({"seed": 1}).seeding == "v0"
-    assert {name for name, c in PLANS.items() if c.seeding == "v0"} == {"cpu", "gpu", "repro", "live"}
-    cfg = dataclasses.replace(PLANS["repro"], seed=2)
+    assert CifarConfig().seeding == "streams" and cifar.stored_config({"seed": 1}).run.seeding == "v0"
+    assert {name for name, c in PLANS.items() if c.run.seeding == "v0"} == {"cpu", "gpu", "repro", "live"}
+    cfg = replace(PLANS["repro"].run, seed=2)
     draw = lambda g: torch.rand(3, generator=g)  # noqa: E731
     assert torch.equal(draw(cifar.stream(cfg, "subset")), draw(torch.Generator().manual_seed(10_002)))
     assert torch.equal(draw(cifar.stream(cfg, "batches")), draw(torch.Generator().manual_seed(2)))
     assert torch.equal(draw(cifar.stream(cfg, "fixed")), draw(torch.Generator().manual_seed(12_345)))
-    new = dataclasses.replace(cfg, seeding="streams")
+    new = replace(cfg, seeding="streams")
     assert torch.equal(draw(cifar.stream(new, "subset")), draw(runtime.generator(2, "subset")))
-    assert torch.equal(draw(cifar.stream(new, "fixed")), draw(cifar.stream(dataclasses.replace(new, seed=5), "fixed")))
+    assert torch.equal(draw(cifar.stream(new, "fixed")), draw(cifar.stream(replace(new, seed=5), "fixed")))
 
 
 def test_vit_shapes_and_patches():
-    cfg = dataclasses.replace(PLANS["repro"], patch_size=8)
+    cfg = replace(PLANS["repro"].run, patch_size=8)
     model = cifar.build_model(cfg, "A1")
     x = torch.randn(5, 3, 32, 32)
     assert model.patches(x).shape == (5, 16, 192)
     # Patch t = (row, col) holds pixels [8 row : 8 row + 8, 8 col : 8 col + 8] of every channel.
     assert torch.equal(model.patches(x)[:, 6].reshape(5, 3, 8, 8), x[:, :, 8:16, 16:24])
     assert model(x).shape == (5, 10)
-    wide = dataclasses.replace(cfg, patch_size=4)
+    wide = replace(cfg, patch_size=4)
     assert cifar.build_model(wide, "A0").patches(x).shape == (5, 64, 48)
 
 
 def test_paired_starts_share_every_weight():
-    cfg = PLANS["repro"]
+    cfg = PLANS["repro"].run
     plain = cifar.build_model(cfg, "A0").state_dict()
     framed = cifar.build_model(cfg, "A1").state_dict()
     assert plain.keys() == framed.keys()
@@ -56,7 +57,7 @@ def test_paired_starts_share_every_weight():
         assert torch.equal(plain[name], framed[name]), name
     for p in cifar.build_model(cfg, "A1").qk_parameters():  # the shared start is a frame
         assert orthogonality_error(p.detach()).max() < 1e-5
-    other_seed = cifar.build_model(dataclasses.replace(cfg, seed=1), "A1").state_dict()
+    other_seed = cifar.build_model(replace(cfg, seed=1), "A1").state_dict()
     assert not torch.equal(other_seed["embed.weight"], framed["embed.weight"])
 
 
@@ -92,7 +93,7 @@ def test_fixed_steps_do_not_depend_on_the_subset_size(tiny_root):
 
 
 def test_attention_stats_match_the_block_logits():
-    cfg = dataclasses.replace(PLANS["r2_tiny"], depth=2)
+    cfg = replace(PLANS["r2_tiny"].run, depth=2)
     model = cifar.build_model(cfg, "A0")
     x = torch.randn(4, 3, 32, 32)
     stats = cifar.attention_stats(model, x)
@@ -108,14 +109,15 @@ def test_attention_stats_match_the_block_logits():
 def test_swept_lrs_per_arm():
     cfg = PLANS["r2_tiny"]
     assert cifar.swept_lrs(cfg, "A0") == [(1e-3, None), (3e-3, None)]
-    assert cifar.swept_lrs(cfg, "A1") == [(cfg.lr, 1e-2), (cfg.lr, 0.3)]
-    plain = dataclasses.replace(cfg, lrs=(), frame_lrs=(), frame_lr=0.05)
-    assert cifar.swept_lrs(plain, "qknorm") == [(cfg.lr, None)] and cifar.swept_lrs(plain, "A5") == [(cfg.lr, 0.05)]
+    lr = cfg.run.optimizer.lr
+    assert cifar.swept_lrs(cfg, "A1") == [(lr, 1e-2), (lr, 0.3)]
+    plain = replace(cfg, lrs=(), frame_lrs=(), frame_lr=0.05)
+    assert cifar.swept_lrs(plain, "qknorm") == [(lr, None)] and cifar.swept_lrs(plain, "A5") == [(lr, 0.05)]
 
 
 def test_trust_cap_binds_at_large_frame_lr(tiny_root):
     h = cifar.run(r2_cfg(tiny_root, arm="A1", frame_lr=100.0, steps=4))
-    n_frames = 2 * cifar.build_model(PLANS["r2_tiny"], "A1").attention_modules()[0].n_heads  # Q and K per head
+    n_frames = 2 * cifar.build_model(PLANS["r2_tiny"].run, "A1").attention_modules()[0].n_heads  # Q and K per head
     # Each frame moves at most max_step, so all of them together by at most max_step * sqrt(n_frames).
-    assert h["qk_step_mean"] <= PLANS["r2_tiny"].max_step * math.sqrt(n_frames) * (1 + 1e-4)
+    assert h["qk_step_mean"] <= PLANS["r2_tiny"].run.optimizer.max_step * math.sqrt(n_frames) * (1 + 1e-4)
     assert h["orth_error"] < 1e-4

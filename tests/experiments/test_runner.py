@@ -109,8 +109,8 @@ def test_every_stored_command_still_parses(name, args):
 
 def test_a_stored_command_gives_its_plan():
     cfg, preset = cifar.parse_args(shlex.split("--preset r2_fitted --arms A1 --seeds 7 --lr 0.003 --frame_lr 1.0"))
-    assert preset == "r2_fitted" and cfg.arms == ("A1",) and cfg.seeds == (7,) and cfg.frame_lr == 1.0
-    assert cfg.seeding == "streams" and cfg.out == "results/cifar/r2_fitted.json"
-    assert cifar.parse_args(["--preset", "cpu"])[0].seeding == "v0"
+    assert preset == "r2_fitted" and cfg.arms == ("A1",) and cfg.seeds == (7,) and cfg.run.optimizer.frame_lr == 1.0
+    assert cfg.run.seeding == "streams" and cfg.out == "results/cifar/r2_fitted.json"
+    assert cifar.parse_args(["--preset", "cpu"])[0].run.seeding == "v0"
     scfg, base = grokking.parse_args(shlex.split("sweep --plan r2_wd --threads 1"))
     assert scfg.weight_decays == (0.1, 0.3, 1.0, 3.0) and base.steps == 8000 and base.threads == 1
