@@ -91,8 +91,8 @@ def measure(cfg: ThroughputConfig) -> dict:
         rows.append({"arm": arm, "images_per_s": statistics.median(per_round[arm]),
                      "ratio": ratio["median"], "ratio_min": ratio["low"], "ratio_max": ratio["high"]})
     prov = provenance(cfg, device=device)
-    model_desc = (f"patch {model_cfg.patch_size}, d_model {model_cfg.d_model}, depth {model_cfg.depth}, "
-                  f"{model_cfg.n_heads} heads, batch {bs}")
+    m = model_cfg.model
+    model_desc = f"patch {m.patch_size}, d_model {m.d_model}, depth {m.depth}, {m.n_heads} heads, batch {bs}"
     clock_name = "wall-clock" if device.type == "cuda" else "CPU-time (process_time)"
     return {"rows": rows, "per_round": per_round, "model": model_desc, "clock": clock_name, "provenance": prov}
 
