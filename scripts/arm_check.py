@@ -111,13 +111,15 @@ def grokking_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
 def weight_decay_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     from stiefel_mini.experiments import weight_decay as W
 
-    cfg = replace(W.WeightDecayConfig(), steps=20, log_every=5, snapshot_steps=(0, 10, 20))
+    grid = replace(getattr(W, "WeightDecaySweep", W.WeightDecayConfig)(), steps=20, log_every=5,
+                   snapshot_steps=(0, 10, 20))
+    cfg = getattr(grid, "run", grid)  # a sweep config holds its run config as the part "run"
     for arm in _arm_names():
         for scope in ("qk", "all"):
             yield f"weight_decay/{scope}", arm, lambda arm=arm, scope=scope: W.run(
                 replace(cfg, arm=arm, weight_decay=0.3, decay_scope=scope))
     yield "weight_decay/sweep", "default", lambda: W.summary_table(
-        W.sweep(replace(cfg, weight_decays=(0.0, 1.0))))
+        W.sweep(replace(grid, weight_decays=(0.0, 1.0))))
 
 
 def patch_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:

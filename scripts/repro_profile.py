@@ -75,12 +75,13 @@ OBSERVED = {"grokking": ("train_loss", "dist_q"), "cifar": ("train_loss", "qk_st
 
 def _child(task: str, overrides: dict) -> dict:
     """One run, in this process: the training loss (and a frame quantity) at every step."""
+    from stiefel_mini.experiments.config import replace
     from stiefel_mini.experiments.records import config_dict
 
     if task == "grokking":
         from stiefel_mini.experiments import grokking as G
 
-        cfg = dataclasses.replace(G.PLANS["long"], eval_every=1, progress=False, **overrides)
+        cfg = replace(G.PLANS["long"], eval_every=1, progress=False, **overrides)
         h = G.run(cfg)["history"]
         return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"],
                 "val_acc": h["val_acc"], "dist_q": h["dist_q"]}
