@@ -32,9 +32,9 @@ class RecallTask:
 class AttentionSizes:
     """The one attention layer's sizes: model width, heads, head width."""
 
-    d_model: int = 32
+    d_model: int = 32  # token width
     n_heads: int = 2
-    d_head: int = 8
+    d_head: int = 8  # each head's W_Q^h, W_K^h: d_model x d_head (a frame in the Stiefel arms)
 
 
 @dataclass
