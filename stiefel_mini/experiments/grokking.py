@@ -53,11 +53,11 @@ from stiefel_mini.experiments.runner import cli, parse_cli, parse_sweep_cli, res
 from stiefel_mini.experiments.runtime import progress, set_threads, subnormals_flushed
 from stiefel_mini.geometry import orthogonality_error
 
-__all__ = ["ARM_NAMES", "STUDY_ARMS", "ModularTask", "GrokkingModel", "GrokkingOptimizer", "GrokkingConfig", "PLANS", "SweepConfig", "SWEEPS", "modular_table",
-           "make_dataset", "GrokkingTransformer", "build_model", "last_logits", "match_logit_scale", "first_step",
-           "collapses", "drops", "metrics", "stored_metrics", "recount", "subsample", "runs_by_arm", "seed_runs",
-           "curve_bands", "run", "repro_record", "run_key", "reusable_runs", "sweep", "merge_results", "parse_args",
-           "main"]
+__all__ = ["ARM_NAMES", "STUDY_ARMS", "ModularTask", "GrokkingModel", "GrokkingOptimizer", "GrokkingConfig", "PLANS",
+           "SweepConfig", "SWEEPS", "modular_table", "make_dataset", "GrokkingTransformer", "build_model",
+           "last_logits", "match_logit_scale", "first_step", "collapses", "drops", "metrics", "stored_metrics",
+           "recount", "subsample", "runs_by_arm", "seed_runs", "curve_bands", "run", "repro_record", "run_key",
+           "reusable_runs", "sweep", "merge_results", "parse_args", "main"]
 
 
 def run(cfg: GrokkingConfig) -> dict:

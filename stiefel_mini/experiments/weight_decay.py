@@ -18,12 +18,12 @@ Q/K; ``"all"`` decays every matrix.
 
 The configs are in :mod:`stiefel_mini.experiments.weight_decay_config`: one run
 (:class:`WeightDecayConfig`) and the sweep (:class:`WeightDecaySweep`, the run as its part ``run``).
-``run(cfg) -> record`` trains ``cfg.arm`` at ``cfg.optimizer.weight_decay`` and records, every ``log_every``
-steps: loss, accuracy on a fixed evaluation batch, ``||W_Q^h||_F`` and ``||W_K^h||_F`` (mean over
-heads), the query's logit range and attention entropy, and the angular update per step of
-``W_Q^h``; and at ``snapshot_steps`` the Q/K weights and one head's attention map.
-``sweep(cfg) -> history`` runs ``cfg.run`` for every arm of ``cfg.arms`` at every decay of ``cfg.weight_decays``;
-:func:`stiefel_mini.widgets.weight_decay_widget` shows a sweep. CLI (runs the sweep)::
+``run(cfg) -> record`` trains ``cfg.arm`` at ``cfg.optimizer.weight_decay`` and records, every
+``log_every`` steps: loss, accuracy on a fixed evaluation batch, ``||W_Q^h||_F`` and ``||W_K^h||_F``
+(mean over heads), the query's logit range and attention entropy, and the angular update per step
+of ``W_Q^h``; and at ``snapshot_steps`` the Q/K weights and one head's attention map.
+``sweep(cfg) -> history`` runs ``cfg.run`` for every arm of ``cfg.arms`` at every decay of
+``cfg.weight_decays``; :func:`stiefel_mini.widgets.weight_decay_widget` shows a sweep. CLI (runs the sweep)::
 
     python -m stiefel_mini.experiments.weight_decay --steps 400 --weight_decays 0,0.3,1,3 --out wd.json
 

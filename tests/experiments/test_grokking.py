@@ -138,7 +138,7 @@ def test_sweep_writes_incrementally_and_resumes(tmp_path):
 def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
     base = G.PLANS["tiny"]
     scfg = replace(G.SWEEPS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
-                               out=str(tmp_path / "wd.json"))
+                   out=str(tmp_path / "wd.json"))
     payload = G.sweep(scfg, replace(base, steps=6), command="wd")
     assert [(r["weight_decay"], r["arm"]) for r in payload["runs"]] == [(0.1, "adamw"), (1.0, "adamw")]
     assert payload["runs"][0]["metrics"] != payload["runs"][1]["metrics"]
@@ -156,18 +156,18 @@ def test_weight_decay_sweep_copies_runs_it_can_reuse(tmp_path):
     base = replace(G.PLANS["tiny"], steps=6)
     plan = replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
     src = G.sweep(replace(plan, arms=("adamw", "frozen_learned"), seeds=(0, 1),
-                                      out=str(tmp_path / "long.json")), base, command="long")
-    wd_plan = replace(plan, weight_decays=(0.1, base.optimizer.weight_decay), out=str(tmp_path / "wd.json"),
-                                  reuse=str(tmp_path / "long.json"))
+                          out=str(tmp_path / "long.json")), base, command="long")
+    wd = base.optimizer.weight_decay
+    wd_plan = replace(plan, weight_decays=(0.1, wd), out=str(tmp_path / "wd.json"), reuse=str(tmp_path / "long.json"))
     got = G.sweep(wd_plan, base, command="wd")
     keys = [(r["arm"], r["seed"], r["weight_decay"], r.get("copied_from")) for r in got["runs"]]
     # seed 1 and frozen_learned are not this sweep's; stiefel_learned at the base decay is not in the file
     assert keys == [("adamw", 0, 0.1, None), ("stiefel_learned", 0, 0.1, None),
-                    ("adamw", 0, base.optimizer.weight_decay, wd_plan.reuse), ("stiefel_learned", 0, base.optimizer.weight_decay, None)]
+                    ("adamw", 0, wd, wd_plan.reuse), ("stiefel_learned", 0, wd, None)]
     copied, ran = got["runs"][2], got["runs"][3]
     assert copied["metrics"] == src["runs"][0]["metrics"] and copied["history"] == src["runs"][0]["history"]
     # the copy is the run this sweep would have made
-    fresh = G.run(replace(base, arm="adamw", seed=0, weight_decay=base.optimizer.weight_decay))
+    fresh = G.run(replace(base, arm="adamw", seed=0, weight_decay=wd))
     assert fresh["metrics"] == copied["metrics"]
     assert ran["metrics"] != got["runs"][1]["metrics"]  # the decay reached the run
     with pytest.raises(ValueError, match=r"another base config \(fields \['steps'\]\)"):
