@@ -88,7 +88,8 @@ def cifar_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     yield "cifar/sweep", "r2_tiny", lambda: cifar.sweep(
         replace(presets["r2_tiny"], seeds=(0,), steps=3, repro_steps=2, out=str(tmp / "c.json"),
                 data_dir=str(root)), data)
-    yield "cifar/tiny_set_run", "r2_ablation", lambda: cifar.tiny_set_run(replace(run_of("r2_ablation"), arm="A1"), 3)
+    yield "cifar/tiny_set_run", "r2_ablation", lambda: cifar.tiny_set_run(
+        replace(run_of("r2_ablation"), arm="A1"), 3)
     yield "cifar/repro_record", "repro", lambda: cifar.repro_record(
         replace(presets["repro"], epochs=1))
 
@@ -96,12 +97,12 @@ def cifar_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
 def grokking_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     from stiefel_mini.experiments import grokking as G
 
-    tiny = replace((getattr(G, "PLANS", None) or G.PRESETS)["tiny"], steps=12, eval_every=4)
+    tiny = replace(G.PLANS["tiny"], steps=12, eval_every=4)
     for arm in _arm_names():
         yield "grokking/tiny", arm, lambda arm=arm: G.run(replace(tiny, arm=arm))
         yield "grokking/fixed", arm, lambda arm=arm: G.run(
             replace(tiny, arm=arm, logit_rms_init=None, frame_lr=0.03))
-    plan = replace((getattr(G, "SWEEPS", None) or G.SWEEP_PLANS)["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
+    plan = replace(G.SWEEPS["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
     yield "grokking/sweep", "tiny", lambda: G.sweep(plan, replace(tiny, steps=6), command="x")
     yield "grokking/sweep_wd", "tiny", lambda: G.sweep(
         replace(plan, weight_decays=(0.1, 1.0), arms=("adamw",), out=str(tmp / "gw.json")),
@@ -111,13 +112,14 @@ def grokking_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
 def weight_decay_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     from stiefel_mini.experiments import weight_decay as W
 
-    cfg = replace(W.WeightDecayConfig(), steps=20, log_every=5, snapshot_steps=(0, 10, 20))
+    grid = replace(W.WeightDecaySweep(), steps=20, log_every=5, snapshot_steps=(0, 10, 20))
+    cfg = grid.run
     for arm in _arm_names():
         for scope in ("qk", "all"):
             yield f"weight_decay/{scope}", arm, lambda arm=arm, scope=scope: W.run(
                 replace(cfg, arm=arm, weight_decay=0.3, decay_scope=scope))
     yield "weight_decay/sweep", "default", lambda: W.summary_table(
-        W.sweep(replace(cfg, weight_decays=(0.0, 1.0))))
+        W.sweep(replace(grid, weight_decays=(0.0, 1.0))))
 
 
 def patch_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:

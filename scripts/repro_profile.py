@@ -23,7 +23,6 @@ child process imports instead of the repository's.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shutil
@@ -81,7 +80,7 @@ def _child(task: str, overrides: dict) -> dict:
     if task == "grokking":
         from stiefel_mini.experiments import grokking as G
 
-        cfg = dataclasses.replace(G.PLANS["long"], eval_every=1, progress=False, **overrides)
+        cfg = replace(G.PLANS["long"], eval_every=1, progress=False, **overrides)
         h = G.run(cfg)["history"]
         return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"],
                 "val_acc": h["val_acc"], "dist_q": h["dist_q"]}

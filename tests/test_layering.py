@@ -84,7 +84,7 @@ SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train"}
 EXPERIMENTS = {
     "cifar": {"cifar", "cifar_config", "cifar_data", "cifar_run", "cifar_results"},
     "grokking": {"grokking", "grokking_config", "grokking_model", "grokking_metrics"},
-    "weight_decay": {"weight_decay", "readouts"},
+    "weight_decay": {"weight_decay", "weight_decay_config", "readouts"},
     "compare_tools": {"compare_tools", "reference_optimizers", "orthogonal_decay"},
     "patch_attention": {"patch_attention"},
     "fsdp_example": {"fsdp_example"},

@@ -97,11 +97,12 @@ def test_markdown_table_text_and_row_check():
 import re  # noqa: E402
 
 from stiefel_mini.experiments import weight_decay as wdx  # noqa: E402
+from stiefel_mini.experiments.config import replace  # noqa: E402
 from stiefel_mini.widgets import weight_decay_frame_html as widget_frame_html  # noqa: E402
 from stiefel_mini.widgets import weight_decay_widget  # noqa: E402
 
-TINY = wdx.WeightDecayConfig(steps=30, weight_decays=(0.0, 1.0, 10.0), snapshot_steps=(0, 10, 30),
-                             log_every=5, eval_size=64, batch_size=32, arms=("adamw", "stiefel"))
+TINY = replace(wdx.WeightDecaySweep(), steps=30, weight_decays=(0.0, 1.0, 10.0), snapshot_steps=(0, 10, 30),
+               log_every=5, eval_size=64, batch_size=32, arms=("adamw", "stiefel"))
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def parse_readouts(frame_html: str) -> dict[str, dict[str, str]]:
 def test_widget_numbers_agree_with_the_library(history):
     cfg = history["config"]
     for i_wd, wd in enumerate(cfg.weight_decays):
-        for i_snap, step in enumerate(cfg.snapshot_steps):
+        for i_snap, step in enumerate(cfg.run.snapshot_steps):
             shown = parse_readouts(widget_frame_html(history, i_wd, i_snap))
             assert set(shown) == {"adamw", "stiefel"}
             for arm in ("adamw", "stiefel"):
@@ -153,11 +154,11 @@ def test_widget_numbers_agree_with_the_library(history):
 
 def test_widget_stiefel_readout_does_not_depend_on_decay(history):
     cfg = history["config"]
-    for i_snap in range(len(cfg.snapshot_steps)):
+    for i_snap in range(len(cfg.run.snapshot_steps)):
         frames = [parse_readouts(widget_frame_html(history, i, i_snap))
                   for i in range(len(cfg.weight_decays))]
         assert all(f["stiefel"] == frames[0]["stiefel"] for f in frames)
-        if cfg.snapshot_steps[i_snap] > 0:
+        if cfg.run.snapshot_steps[i_snap] > 0:
             assert frames[-1]["adamw"]["norm_q"] != frames[0]["adamw"]["norm_q"]
 
 

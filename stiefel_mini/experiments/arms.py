@@ -10,9 +10,9 @@ Two tables hold everything, as data:
   (``lr``, ``frame_lr``, ``max_step``, ...);
 * :data:`ARMS`: per arm, its rule and the options it changes (``{"second_moment": "element"}``).
 
-So a run's ``lr`` goes ``cfg.lr`` -> :func:`optimizer_options` -> :func:`make_optimizer` -> the
-optimizer's default ``lr`` (and, through ``Setting("frame_lr")``, the frame group's ``lr``). Each
-arm has one name; ``code`` is the label the CIFAR-10 results files store for it (A0, A1, ...), also
+So a run's ``lr`` goes ``cfg.optimizer.lr`` -> :func:`optimizer_options` -> :func:`make_optimizer`
+-> the optimizer's default ``lr`` (and, through ``Setting("frame_lr")``, the frame group's ``lr``).
+Each arm has one name; ``code`` is the label the CIFAR-10 results files store for it (A0, A1, ...), also
 accepted wherever an arm is named.
 """
 
@@ -179,8 +179,9 @@ _OPTIONS = ("lr", "betas", "eps", "weight_decay", "frame_lr", "max_step", "retra
 
 
 def optimizer_options(cfg: object) -> dict:
-    """The :func:`make_optimizer` keywords a config holds (fields named ``lr``, ``betas``, ``eps``,
-    ``weight_decay``, ``frame_lr``, ``max_step``, ``retraction``); absent fields keep the defaults."""
+    """The :func:`make_optimizer` keywords a run config's ``optimizer`` part holds (fields named
+    ``lr``, ``betas``, ``eps``, ``weight_decay``, ``frame_lr``, ``max_step``, ``retraction``); absent
+    fields keep the defaults."""
     return {k: getattr(cfg, k) for k in _OPTIONS if hasattr(cfg, k)}
 
 

@@ -1,11 +1,11 @@
 """Configs and command lines: one way to turn ``--field value`` into a typed config dataclass.
 
 Every experiment has a config dataclass and a ``python -m stiefel_mini.experiments.<name>`` command
-line. A config may be made of *parts*: a field whose type is itself a dataclass (a run's ``model``,
-``optim``, ...). Its *leaf* fields are the scalar and tuple fields of the config and of its parts, and
-their names are unique across the parts (:func:`leaf_fields` checks), so every leaf keeps one flat
-name: on the command line (``--d_model 64``), in :func:`replace` and in the stored form
-(:func:`stiefel_mini.experiments.records.config_dict`), which is flat whatever the nesting.
+line. A config may be made of *parts*: a field whose type is itself a dataclass (a run's ``task``,
+``model``, ``optimizer``). Its *leaf* fields are the scalar and tuple fields of the config and of its
+parts, and their names are unique across the parts (:func:`leaf_fields` checks), so every leaf
+keeps one flat name: on the command line (``--d_model 64``), in :func:`replace` and in the stored
+form (:func:`stiefel_mini.experiments.records.config_dict`), which is flat whatever the nesting.
 
 :func:`parse_config` type-checks ``--field value`` overrides against the leaves' annotations;
 :func:`parse_cli` adds the two options every experiment shares, ``--preset NAME`` (the base config,

@@ -31,7 +31,6 @@ datasets"; Nanda et al. (2023), "Progress measures for grokking via mechanistic 
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -42,8 +41,9 @@ import torch.nn.functional as F
 
 from stiefel_mini.attention import entropy
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_options
-from stiefel_mini.experiments.config import ConfigError, config_help
-from stiefel_mini.experiments.grokking_config import ARM_NAMES, PLANS, STUDY_ARMS, SWEEPS, GrokkingConfig, SweepConfig
+from stiefel_mini.experiments.config import ConfigError, config_help, replace
+from stiefel_mini.experiments.grokking_config import (ARM_NAMES, PLANS, STUDY_ARMS, SWEEPS, GrokkingConfig,
+                                                      GrokkingModel, GrokkingOptimizer, ModularTask, SweepConfig)
 from stiefel_mini.experiments.grokking_metrics import (collapses, curve_bands, drops, first_step, metrics, recount,
                                                        runs_by_arm, seed_runs, stored_metrics, subsample)
 from stiefel_mini.experiments.grokking_model import (GrokkingTransformer, build_model, last_logits, make_dataset,
@@ -53,11 +53,11 @@ from stiefel_mini.experiments.runner import cli, parse_cli, parse_sweep_cli, res
 from stiefel_mini.experiments.runtime import progress, set_threads, subnormals_flushed
 from stiefel_mini.geometry import orthogonality_error
 
-__all__ = ["ARM_NAMES", "STUDY_ARMS", "GrokkingConfig", "PLANS", "SweepConfig", "SWEEPS", "modular_table",
-           "make_dataset", "GrokkingTransformer", "build_model", "last_logits", "match_logit_scale", "first_step",
-           "collapses", "drops", "metrics", "stored_metrics", "recount", "subsample", "runs_by_arm", "seed_runs",
-           "curve_bands", "run", "repro_record", "run_key", "reusable_runs", "sweep", "merge_results", "parse_args",
-           "main"]
+__all__ = ["ARM_NAMES", "STUDY_ARMS", "ModularTask", "GrokkingModel", "GrokkingOptimizer", "GrokkingConfig", "PLANS",
+           "SweepConfig", "SWEEPS", "modular_table", "make_dataset", "GrokkingTransformer", "build_model",
+           "last_logits", "match_logit_scale", "first_step", "collapses", "drops", "metrics", "stored_metrics",
+           "recount", "subsample", "runs_by_arm", "seed_runs", "curve_bands", "run", "repro_record", "run_key",
+           "reusable_runs", "sweep", "merge_results", "parse_args", "main"]
 
 
 def run(cfg: GrokkingConfig) -> dict:
@@ -83,9 +83,9 @@ def run(cfg: GrokkingConfig) -> dict:
 def _train(cfg: GrokkingConfig) -> dict:
     """The training loop of :func:`run` (without the subnormal setting)."""
     set_threads(cfg.threads)
-    data = make_dataset(cfg.p, cfg.op, cfg.train_frac, cfg.seed)
+    data = make_dataset(cfg.task.p, cfg.task.op, cfg.task.train_frac, cfg.seed)
     model = build_model(cfg)
-    opt = make_optimizer(model, cfg.arm, **optimizer_options(cfg))
+    opt = make_optimizer(model, cfg.arm, **optimizer_options(cfg.optimizer))
     qk = [model.attn.w_q, model.attn.w_k]  # each (H, d, dh)
     init = [w.detach().clone() for w in qk]
     prev = [w.detach().clone() for w in qk]
@@ -144,7 +144,7 @@ def repro_record(cfg: GrokkingConfig) -> dict:
 
 def run_key(r: dict, base: GrokkingConfig) -> tuple:
     """``(arm, seed, weight_decay)`` of a stored run (runs of files without a decay sweep: the base's)."""
-    return (r["arm"], int(r["seed"]), float(r.get("weight_decay", base.weight_decay)))
+    return (r["arm"], int(r["seed"]), float(r.get("weight_decay", base.optimizer.weight_decay)))
 
 
 def reusable_runs(sweep_cfg: SweepConfig, base: GrokkingConfig) -> dict[tuple, dict]:
@@ -158,12 +158,12 @@ def reusable_runs(sweep_cfg: SweepConfig, base: GrokkingConfig) -> dict[tuple, d
         return {}
     src = load_results(sweep_cfg.reuse)
     src_base = dict(src["base_config"])
-    mine = config_dict(dataclasses.replace(base, arm="*", seed=-1))
+    mine = config_dict(replace(base, arm="*", seed=-1))
     changed = sorted(k for k in mine if k != "weight_decay" and src_base.get(k) != mine[k])
     if changed:
         raise ValueError(f"reuse={sweep_cfg.reuse} holds runs of another base config (fields {changed}); "
                          "reuse a file of the same preset, or drop reuse")
-    decays = {float(w) for w in sweep_cfg.weight_decays} or {float(base.weight_decay)}
+    decays = {float(w) for w in sweep_cfg.weight_decays} or {float(base.optimizer.weight_decay)}
     out = {}
     for r in src["runs"]:
         # a file without a decay sweep: its runs are at its base config's decay
@@ -186,9 +186,9 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
     their turn instead of being run. Seed-major order makes every completed seed a complete set of pairs.
     """
     out_path = Path(sweep_cfg.out)
-    decays = tuple(float(w) for w in sweep_cfg.weight_decays) or (float(base.weight_decay),)
+    decays = tuple(float(w) for w in sweep_cfg.weight_decays) or (float(base.optimizer.weight_decay),)
     wild = {"arm": "*", "seed": -1, **({"weight_decay": -1.0} if sweep_cfg.weight_decays else {})}
-    base_dict = config_dict(dataclasses.replace(base, **wild))
+    base_dict = config_dict(replace(base, **wild))
     set_threads(base.threads)  # before the provenance records torch's thread count
     prov = provenance(base, sweep_cfg.seeds, command)
     payload = {
@@ -208,9 +208,9 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
         if repro is not None and repro["config"]["arm"] not in sweep_cfg.redo_arms:
             payload["repro"] = repro
     if payload["repro"] is None:
-        payload["repro"] = repro_record(dataclasses.replace(
+        payload["repro"] = repro_record(replace(
             base, arm=sweep_cfg.repro_arm, seed=sweep_cfg.repro_seed, steps=sweep_cfg.repro_steps,
-            progress=False, weight_decay=decays[-1] if sweep_cfg.weight_decays else base.weight_decay))
+            progress=False, weight_decay=decays[-1] if sweep_cfg.weight_decays else base.optimizer.weight_decay))
         save_results(out_path, payload)
     done = {run_key(r, base) for r in payload["runs"]}
     reusable = reusable_runs(sweep_cfg, base)
@@ -221,7 +221,7 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
             payload["runs"].append(reusable[key])
             return
         arm, seed, wd = key
-        result = run(dataclasses.replace(base, arm=arm, seed=seed, weight_decay=wd))
+        result = run(replace(base, arm=arm, seed=seed, weight_decay=wd))
         payload["runs"].append({
             "arm": arm, "seed": seed, "weight_decay": wd, "metrics": result["metrics"],
             "wall_time_s": result["wall_time_s"], "git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"],

@@ -1,16 +1,18 @@
 """The grokking experiment's run config, its sweep config, and their plans, as data.
 
-:class:`GrokkingConfig` is one training run; :data:`PLANS` names its settings (``cpu``, the book's;
+:class:`GrokkingConfig` is one training run, made of the parts :class:`ModularTask`,
+:class:`GrokkingModel` and :class:`GrokkingOptimizer`; :data:`PLANS` names its settings (``cpu``, the book's;
 ``reference``, Nanda et al.'s recipe; ``live``, ``long``, ``short``, ``tiny``). :class:`SweepConfig` is
 a paired sweep over arms and seeds (and weight decays) of one plan; :data:`SWEEPS` names the studies.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-__all__ = ["ARM_NAMES", "STUDY_ARMS", "GrokkingConfig", "PLANS", "SweepConfig", "SWEEPS"]
+__all__ = ["ARM_NAMES", "STUDY_ARMS", "ModularTask", "GrokkingModel", "GrokkingOptimizer", "GrokkingConfig", "PLANS",
+           "SweepConfig", "SWEEPS"]
 
 ARM_NAMES = ("adamw", "adamw_nodecay_qk", "stiefel", "frozen", "uniform")
 STUDY_ARMS = ("adamw", "stiefel_learned", "frozen_learned", "uniform", "adamw_scaled_qk", "qknorm")
@@ -19,56 +21,81 @@ attention."""
 
 
 @dataclass
-class GrokkingConfig:
-    """One training run. Defaults are the CPU setting of the book (see :data:`PLANS`)."""
+class ModularTask:
+    """The task: ``c = a op b (mod p)`` over all ``p^2`` pairs, a ``train_frac`` share of them trained on."""
 
     p: int = 59  # modulus (prime); vocabulary is 0..p-1 plus the "=" token p
     op: Literal["add", "sub", "div"] = "add"  # a+b, a-b, a*b^-1 (mod p); div excludes b = 0
     train_frac: float = 0.3
+
+
+@dataclass
+class GrokkingModel:
+    """The one-layer transformer's sizes and its attention's logit scale."""
+
     d_model: int = 128
     n_heads: int = 4
     d_mlp: int = 512
-    arm: str = "adamw"
-    seed: int = 0
-    steps: int = 1800  # full-batch steps (= epochs)
+    logit_scale: Literal["fixed", "learned"] = "fixed"
+    # Initial RMS of each head's attention logits for a learned logit scale (QK-norm excepted):
+    # None keeps the module's 1/sqrt(d_head); see match_logit_scale.
+    logit_rms_init: Optional[float] = None
+
+
+@dataclass
+class GrokkingOptimizer:
+    """The settings of :func:`stiefel_mini.experiments.arms.make_optimizer`, shared by every arm."""
+
     lr: float = 1e-2
     frame_lr: Optional[float] = None  # StiefelAdam lr on the frames (None: lr)
     betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 1.0
     max_step: Optional[float] = 0.1  # StiefelAdam's cap on a frame step's Frobenius norm
-    logit_scale: Literal["fixed", "learned"] = "fixed"
-    # Initial RMS of each head's attention logits for a learned logit scale (QK-norm excepted):
-    # None keeps the module's 1/sqrt(d_head); see match_logit_scale.
-    logit_rms_init: Optional[float] = None
+
+
+@dataclass
+class GrokkingConfig:
+    """One training run: an arm, a seed and a length, with its task, model and optimizer as parts.
+
+    Defaults are the CPU setting of the book (see :data:`PLANS`). Every leaf field keeps one flat name
+    across the parts (``--d_model 64``, ``config.replace(cfg, lr=3e-3)``, the stored ``base_config``).
+    """
+
+    arm: str = "adamw"
+    seed: int = 0
+    steps: int = 1800  # full-batch steps (= epochs)
     eval_every: int = 20
     late_frac: float = 0.25  # "late" evaluations: the last late_frac of training
     threads: int = 1
     progress: bool = True
+    task: ModularTask = field(default_factory=ModularTask)
+    model: GrokkingModel = field(default_factory=GrokkingModel)
+    optimizer: GrokkingOptimizer = field(default_factory=GrokkingOptimizer)
 
 
 PLANS: dict[str, GrokkingConfig] = {
     # Nanda et al. (2023): p = 113, 30% train, lr 1e-3, wd 1, betas (0.9, 0.98); groks in ~5-10k epochs.
     # Learned temperatures start at unit logit RMS, as in "long".
-    "reference": GrokkingConfig(p=113, lr=1e-3, steps=20_000, eval_every=50, logit_rms_init=1.0),
+    "reference": GrokkingConfig(steps=20_000, eval_every=50, task=ModularTask(p=113),
+                                model=GrokkingModel(logit_rms_init=1.0), optimizer=GrokkingOptimizer(lr=1e-3)),
     # The book's CPU setting: the same model and recipe on a smaller modulus (1,044 training
     # equations instead of 3,831) with a 10x larger lr; AdamW reaches 99% validation accuracy within
     # the 1,800 steps on every seed of results/grokking/cpu.json.
     "cpu": GrokkingConfig(),
     # The chapter's live run: small enough to memorise and grok within about a minute of CPU.
-    "live": GrokkingConfig(p=31, train_frac=0.5, steps=1200),
+    "live": GrokkingConfig(steps=1200, task=ModularTask(p=31, train_frac=0.5)),
     # The long horizon: the cpu setting for 8,000 steps (>= 4x the slowest AdamW grok of
     # results/grokking/cpu.json), learned temperatures started at unit logit RMS (the size the
     # 1/sqrt(d_head) rule aims at for unit-variance q and k; AdamW's own logits pass it within its
     # first ~10 steps here, while all arms start at RMS ~0.02 from the shared initialisation).
-    "long": GrokkingConfig(steps=8000, logit_rms_init=1.0),
+    "long": GrokkingConfig(steps=8000, model=GrokkingModel(logit_rms_init=1.0)),
     # The studies' arms at the cpu length (1,800 steps): the grokking-time comparisons at a third of
     # the cost of "long" (collapses need "long").
-    "short": GrokkingConfig(logit_rms_init=1.0),
+    "short": GrokkingConfig(model=GrokkingModel(logit_rms_init=1.0)),
     # A few seconds: the tests' stand-in for "long" (same code path, tiny sizes).
-    "tiny": GrokkingConfig(p=11, d_model=16, n_heads=2, d_mlp=32, steps=40, eval_every=5, logit_rms_init=1.0,
-                           progress=False),
+    "tiny": GrokkingConfig(steps=40, eval_every=5, progress=False, task=ModularTask(p=11),
+                           model=GrokkingModel(d_model=16, n_heads=2, d_mlp=32, logit_rms_init=1.0)),
 }
-
 
 
 @dataclass

@@ -154,15 +154,16 @@ class GrokkingTransformer(nn.Module):
 def build_model(cfg: GrokkingConfig) -> GrokkingTransformer:
     """The model of ``cfg.arm`` with the seed's shared initialisation.
 
-    With ``cfg.logit_rms_init`` set, a learned logit scale (not QK-norm's gain) starts where
+    With ``cfg.model.logit_rms_init`` set, a learned logit scale (not QK-norm's gain) starts where
     :func:`match_logit_scale` puts it on the seed's training inputs.
     """
     spec = arm_spec(cfg.arm)
-    model = GrokkingTransformer(cfg.p, cfg.d_model, cfg.n_heads, cfg.d_mlp, uniform=spec.qk == "none",
-                                seed=cfg.seed, **spec.module_flags(cfg.logit_scale))
-    if cfg.logit_rms_init is not None and model.attn.log_scale is not None and not spec.qk_norm:
-        tokens = make_dataset(cfg.p, cfg.op, cfg.train_frac, cfg.seed)["x_train"]
-        match_logit_scale(model, tokens, cfg.logit_rms_init)
+    task, m = cfg.task, cfg.model
+    model = GrokkingTransformer(task.p, m.d_model, m.n_heads, m.d_mlp, uniform=spec.qk == "none", seed=cfg.seed,
+                                **spec.module_flags(m.logit_scale))
+    if m.logit_rms_init is not None and model.attn.log_scale is not None and not spec.qk_norm:
+        tokens = make_dataset(task.p, task.op, task.train_frac, cfg.seed)["x_train"]
+        match_logit_scale(model, tokens, m.logit_rms_init)
     return model
 
 

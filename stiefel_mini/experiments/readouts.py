@@ -76,12 +76,13 @@ def equilibrium_angle(cfg: Any, arm: str, wd: float) -> float:
     AdamW on scale-invariant weights (Kosson et al. 2024): ``sqrt(2 lr wd (1 - beta1) / (1 + beta1))``,
     which is ``sqrt(2 lr wd)`` without momentum. StiefelAdam: a step of Frobenius length
     ``frame_lr * rho`` (``rho`` = :func:`momentum_factor`) on a frame of norm ``sqrt(d_head)``, i.e.
-    ``frame_lr * rho / sqrt(d_head)`` whatever the decay.
+    ``frame_lr * rho / sqrt(d_head)`` whatever the decay. ``cfg`` is the run config
+    (:class:`~stiefel_mini.experiments.weight_decay_config.WeightDecayConfig`; a sweep's is its ``run``).
     """
-    rho = momentum_factor(cfg.betas[0])
+    rho = momentum_factor(cfg.optimizer.betas[0])
     if arm_spec(arm).qk == "stiefel":
-        return cfg.frame_lr * rho / math.sqrt(cfg.d_head)
-    return math.sqrt(2 * cfg.lr * wd) * rho
+        return cfg.optimizer.frame_lr * rho / math.sqrt(cfg.model.d_head)
+    return math.sqrt(2 * cfg.optimizer.lr * wd) * rho
 
 
 def summary_table(history: dict[str, Any], last: int = 5) -> list[dict[str, Any]]:
@@ -92,7 +93,7 @@ def summary_table(history: dict[str, Any], last: int = 5) -> list[dict[str, Any]
     for arm, recs in history["runs"].items():
         for wd, r in zip(cfg.weight_decays, recs):
             angle = sum(r["angle_q"][-last:]) / len(r["angle_q"][-last:])
-            ref = equilibrium_angle(cfg, arm, wd)
+            ref = equilibrium_angle(cfg.run, arm, wd)
             rows.append({"arm": arm, "weight_decay": wd, "norm_q": r["norm_q"][-1],
                          "norm_k": r["norm_k"][-1], "logit_absmax": r["logit_absmax"][-1],
                          "entropy": r["entropy"][-1], "acc": r["acc"][-1], "angle_q": angle,

@@ -16,17 +16,19 @@ Every run starts from the same weights and sees the same batches (named streams 
 decays (no decay elsewhere), so any difference between two runs of one arm comes from the decay on
 Q/K; ``"all"`` decays every matrix.
 
-``run(cfg) -> record`` trains ``cfg.arm`` at ``cfg.weight_decay`` and records, every ``log_every``
-steps: loss, accuracy on a fixed evaluation batch, ``||W_Q^h||_F`` and ``||W_K^h||_F`` (mean over
-heads), the query's logit range and attention entropy, and the angular update per step of
-``W_Q^h``; and at ``snapshot_steps`` the Q/K weights and one head's attention map.
-``sweep(cfg) -> history`` runs every arm of ``cfg.arms`` at every decay of ``cfg.weight_decays``;
-:func:`stiefel_mini.widgets.weight_decay_widget` shows a sweep. CLI (runs the sweep)::
+The configs are in :mod:`stiefel_mini.experiments.weight_decay_config`: one run
+(:class:`WeightDecayConfig`) and the sweep (:class:`WeightDecaySweep`, the run as its part ``run``).
+``run(cfg) -> record`` trains ``cfg.arm`` at ``cfg.optimizer.weight_decay`` and records, every
+``log_every`` steps: loss, accuracy on a fixed evaluation batch, ``||W_Q^h||_F`` and ``||W_K^h||_F``
+(mean over heads), the query's logit range and attention entropy, and the angular update per step
+of ``W_Q^h``; and at ``snapshot_steps`` the Q/K weights and one head's attention map.
+``sweep(cfg) -> history`` runs ``cfg.run`` for every arm of ``cfg.arms`` at every decay of
+``cfg.weight_decays``; :func:`stiefel_mini.widgets.weight_decay_widget` shows a sweep. CLI (runs the sweep)::
 
     python -m stiefel_mini.experiments.weight_decay --steps 400 --weight_decays 0,0.3,1,3 --out wd.json
 
 What weight decay does under ``torch.nn.utils.parametrizations.orthogonal``, geotorch and geoopt is
-shown in :mod:`stiefel_mini.experiments.compare_tools`.
+shown in :mod:`stiefel_mini.experiments.orthogonal_decay`.
 
 Reference: Loshchilov & Hutter (2019), decoupled weight decay; Kosson, Messmer, Jaggi (2024),
 "Rotational equilibrium: how weight decay balances learning across neural networks" (ICML), for the
@@ -38,8 +40,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -47,15 +48,22 @@ from torch import Tensor, nn
 
 from stiefel_mini.attention import entropy, make_attention
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer
+from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.readouts import (equilibrium_angle, fingerprint, frames_identical, max_change,
                                                momentum_factor, summary_table, widget_readouts)
 from stiefel_mini.experiments.records import config_dict, provenance, save_results
 from stiefel_mini.experiments.runner import cli, parse_cli
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
+from stiefel_mini.experiments.weight_decay_config import (CHAPTER_CONFIG, AttentionSizes, RecallOptimizer, RecallTask,
+                                                          WeightDecayConfig, WeightDecaySweep)
 from stiefel_mini.geometry import orthogonality_error
 
 __all__ = [
+    "RecallTask",
+    "AttentionSizes",
+    "RecallOptimizer",
     "WeightDecayConfig",
+    "WeightDecaySweep",
     "CHAPTER_CONFIG",
     "RecallModel",
     "make_batch",
@@ -75,54 +83,19 @@ __all__ = [
 ]
 
 
-@dataclass
-class WeightDecayConfig:
-    """One run (``arm`` at ``weight_decay``) and the sweep's grid (every arm of ``arms`` at every
-    decay of ``weight_decays``), same seed, same batches."""
-
-    arm: str = "stiefel"
-    weight_decay: float = 1.0
-    arms: tuple[str, ...] = ("adamw", "stiefel", "qknorm")
-    weight_decays: tuple[float, ...] = (0.0, 0.3, 1.0, 3.0, 10.0)
-    decay_scope: Literal["qk", "all"] = "qk"
-    steps: int = 300
-    lr: float = 1e-2  # AdamW learning rate (every non-frame weight; Q/K in the AdamW arms)
-    frame_lr: float = 0.05  # StiefelAdam: Frobenius length of one frame step
-    betas: tuple[float, float] = (0.9, 0.98)
-    batch_size: int = 64
-    eval_size: int = 256
-    label_noise: float = 0.2  # fraction of training targets replaced by a random value
-    n_pairs: int = 6  # key/value pair tokens per sequence
-    n_keys: int = 16
-    n_values: int = 16
-    d_model: int = 32
-    n_heads: int = 2
-    d_head: int = 8
-    seed: int = 0
-    log_every: int = 10
-    snapshot_steps: tuple[int, ...] = (0, 50, 100, 200, 300)
-    threads: int | None = 1  # a model this small runs fastest on one thread
-    progress: bool = False
-
-
-#: The configuration the book's weight-decay chapter sweeps (the defaults); the browser test re-runs it
-#: to check the numbers on the built page.
-CHAPTER_CONFIG = WeightDecayConfig()
-
-
 # ----------------------------------------------------------------------------------------------------
 # Task and model
 # ----------------------------------------------------------------------------------------------------
 
 
-def make_batch(cfg: WeightDecayConfig, n: int, generator: torch.Generator) -> dict[str, Tensor]:
+def make_batch(task: RecallTask, n: int, generator: torch.Generator) -> dict[str, Tensor]:
     """``n`` recall problems: distinct keys ``(n, P)``, values ``(n, P)``, the queried slot ``(n,)``.
 
     The query is one of the sequence's keys; the target is the value stored with it.
     """
-    keys = torch.rand(n, cfg.n_keys, generator=generator).argsort(dim=-1)[:, : cfg.n_pairs]
-    values = torch.randint(cfg.n_values, (n, cfg.n_pairs), generator=generator)
-    slot = torch.randint(cfg.n_pairs, (n,), generator=generator)
+    keys = torch.rand(n, task.n_keys, generator=generator).argsort(dim=-1)[:, : task.n_pairs]
+    values = torch.randint(task.n_values, (n, task.n_pairs), generator=generator)
+    slot = torch.randint(task.n_pairs, (n,), generator=generator)
     rows = torch.arange(n)
     return {"keys": keys, "values": values, "slot": slot, "query": keys[rows, slot],
             "target": values[rows, slot]}
@@ -140,13 +113,13 @@ class RecallModel(nn.Module):
     def __init__(self, cfg: WeightDecayConfig, **attention_flags: Any):
         super().__init__()
         g = generator(cfg.seed, "init")
-        d = cfg.d_model
-        self.key_emb = nn.Parameter(torch.randn(cfg.n_keys, d, generator=g))
-        self.val_emb = nn.Parameter(torch.randn(cfg.n_values, d, generator=g))
+        d = cfg.model.d_model
+        self.key_emb = nn.Parameter(torch.randn(cfg.task.n_keys, d, generator=g))
+        self.val_emb = nn.Parameter(torch.randn(cfg.task.n_values, d, generator=g))
         self.query_emb = nn.Parameter(torch.randn(d, generator=g))
-        self.attn = make_attention(d, cfg.n_heads, cfg.d_head, **attention_flags)
+        self.attn = make_attention(d, cfg.model.n_heads, cfg.model.d_head, **attention_flags)
         self.attn.reset_parameters(g)
-        self.unembed = nn.Linear(d, cfg.n_values, bias=False)
+        self.unembed = nn.Linear(d, cfg.task.n_values, bias=False)
         with torch.no_grad():
             self.unembed.weight.copy_(torch.randn(self.unembed.weight.shape, generator=g) / math.sqrt(d))
 
@@ -194,12 +167,12 @@ def angular_update(W_old: Tensor, W_new: Tensor) -> Tensor:
 def eval_batches(cfg: WeightDecayConfig) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """The fixed evaluation batch (``eval_size`` problems, stream ``"eval"``) and its first 8 examples,
     whose attention the snapshots keep."""
-    eval_batch = make_batch(cfg, cfg.eval_size, generator(cfg.seed, "eval"))
+    eval_batch = make_batch(cfg.task, cfg.task.eval_size, generator(cfg.seed, "eval"))
     return eval_batch, {k: v[:8] for k, v in eval_batch.items()}
 
 
 def run(cfg: WeightDecayConfig) -> dict[str, Any]:
-    """Train ``cfg.arm`` at decay ``cfg.weight_decay`` on Q/K; return its record.
+    """Train ``cfg.arm`` at decay ``cfg.optimizer.weight_decay`` on Q/K; return its record.
 
     The record holds lists ``step, loss, acc, norm_q, norm_k, logit_absmax, logit_std, entropy,
     angle_q, angle_k, orth_q`` (one entry per ``log_every`` steps; the angle is the mean angular update
@@ -210,13 +183,14 @@ def run(cfg: WeightDecayConfig) -> dict[str, Any]:
     with ``decay_scope="all"``, on every other matrix.
     """
     set_threads(cfg.threads)
-    wd = float(cfg.weight_decay)
+    task, settings = cfg.task, cfg.optimizer
+    wd = float(settings.weight_decay)
     if wd < 0:
         raise ValueError(f"weight_decay must be >= 0; got {wd}")
     eval_batch, show_batch = eval_batches(cfg)
     model = build_model(cfg)
-    opt = make_optimizer(model, cfg.arm, lr=cfg.lr, betas=cfg.betas, frame_lr=cfg.frame_lr,
-                         weight_decay=wd if cfg.decay_scope == "all" else 0.0, qk_weight_decay=wd)
+    opt = make_optimizer(model, cfg.arm, lr=settings.lr, betas=settings.betas, frame_lr=settings.frame_lr,
+                         weight_decay=wd if settings.decay_scope == "all" else 0.0, qk_weight_decay=wd)
     data_gen = generator(cfg.seed, "batches")  # the same batches for every run
     w_q, w_k = model.attn.w_q, model.attn.w_k
     rec: dict[str, Any] = {k: [] for k in ("step", "loss", "acc", "norm_q", "norm_k", "logit_absmax",
@@ -252,12 +226,12 @@ def run(cfg: WeightDecayConfig) -> dict[str, Any]:
                 snaps["attn"].append(model.query_logits(show_batch)[:, 0].softmax(-1))  # head 0
         if step == cfg.steps:
             break
-        batch = make_batch(cfg, cfg.batch_size, data_gen)
-        if cfg.label_noise > 0:
+        batch = make_batch(task, task.batch_size, data_gen)
+        if task.label_noise > 0:
             # Label noise keeps the gradient noisy for the whole run, as in real training, so that
             # the optimizer's steps do not fade to zero once the task is solved.
-            flip = torch.rand(cfg.batch_size, generator=data_gen) < cfg.label_noise
-            noise = torch.randint(cfg.n_values, (cfg.batch_size,), generator=data_gen)
+            flip = torch.rand(task.batch_size, generator=data_gen) < task.label_noise
+            noise = torch.randint(task.n_values, (task.batch_size,), generator=data_gen)
             batch["target"] = torch.where(flip, noise, batch["target"])
         loss = F.cross_entropy(model(batch), batch["target"])
         opt.zero_grad(set_to_none=True)
@@ -273,8 +247,8 @@ def run(cfg: WeightDecayConfig) -> dict[str, Any]:
     return rec
 
 
-def sweep(cfg: WeightDecayConfig) -> dict[str, Any]:
-    """:func:`run` every arm of ``cfg.arms`` at every decay of ``cfg.weight_decays``.
+def sweep(cfg: WeightDecaySweep) -> dict[str, Any]:
+    """:func:`run` ``cfg.run`` for every arm of ``cfg.arms`` at every decay of ``cfg.weight_decays``.
 
     Returns ``{"config", "runs", "show_batch", "wall_time_s"}`` where ``runs[arm][i]`` is the record of
     ``arm`` at ``cfg.weight_decays[i]`` and ``show_batch`` the 8 problems of the attention snapshots.
@@ -288,10 +262,10 @@ def sweep(cfg: WeightDecayConfig) -> dict[str, Any]:
     bar = progress(total=len(cfg.arms) * len(cfg.weight_decays), desc="weight decay", enabled=cfg.progress)
     for arm in cfg.arms:
         for wd in cfg.weight_decays:
-            runs[arm].append(run(replace(cfg, arm=arm, weight_decay=float(wd))))
+            runs[arm].append(run(replace(cfg.run, arm=arm, weight_decay=float(wd))))
             bar.update()
     bar.close()
-    return {"config": cfg, "runs": runs, "show_batch": eval_batches(cfg)[1],
+    return {"config": cfg, "runs": runs, "show_batch": eval_batches(cfg.run)[1],
             "wall_time_s": time.perf_counter() - t0}
 
 
@@ -323,13 +297,13 @@ def _jsonable_history(history: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """CLI: ``[--out PATH] [--field value ...]``; runs the sweep and prints its summary table."""
-    cfg, out, _ = parse_cli(WeightDecayConfig, list(sys.argv[1:] if argv is None else argv),
+    cfg, out, _ = parse_cli(WeightDecaySweep, list(sys.argv[1:] if argv is None else argv),
                             usage="python -m stiefel_mini.experiments.weight_decay [--out PATH] [--field value ...]")
     history = sweep(cfg)
     _print_summary(history)
     print(f"({history['wall_time_s']:.1f} s)")
     if out:
-        save_results(out, {"experiment": "weight_decay", "provenance": provenance(cfg, [cfg.seed]),
+        save_results(out, {"experiment": "weight_decay", "provenance": provenance(cfg, [cfg.run.seed]),
                            **_jsonable_history(history)})
         print(f"wrote {out}")
     return history

@@ -125,7 +125,7 @@ def test_displayed_numbers_are_the_librarys(page):
     checked = 0
     for i in range(len(cfg.weight_decays)):
         i_wd = list(cfg.weight_decays).index(float(state["frame"]["wd"]))
-        i_snap = list(cfg.snapshot_steps).index(int(state["frame"]["step"]))
+        i_snap = list(cfg.run.snapshot_steps).index(int(state["frame"]["step"]))
         ref = wdx.widget_readouts(history, i_wd, i_snap)
         for arm in ("adamw", "stiefel"):
             shown = state["readouts"][arm]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import torch
 
 from stiefel_mini import evidence
 from stiefel_mini.experiments import grokking as G
-from stiefel_mini.experiments.config import ConfigError, parse_config
+from stiefel_mini.experiments.config import ConfigError, parse_config, replace
 from stiefel_mini.experiments.records import config_from_dict, load_results, save_results
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "grokking" / "cpu.json"
@@ -59,17 +58,17 @@ def _assert_reproduces(again: dict, stored: dict, label: str) -> None:
 
 
 def _small(arm: str, seed: int = 0, **kw) -> G.GrokkingConfig:
-    return G.GrokkingConfig(p=11, d_model=16, n_heads=2, d_mlp=32, arm=arm, seed=seed, progress=False,
-                            **kw)
+    return replace(G.GrokkingConfig(), p=11, d_model=16, n_heads=2, d_mlp=32, arm=arm, seed=seed, progress=False,
+                   **kw)
 
 
 def test_run_logs_logits_norms_and_scale():
-    h = G.run(dataclasses.replace(G.PLANS["tiny"], arm="stiefel_learned", steps=10))["history"]
+    h = G.run(replace(G.PLANS["tiny"], arm="stiefel_learned", steps=10))["history"]
     assert len(h["max_logit"]) == len(h["step"]) == len(h["weight_norm"]) == len(h["scale"])
     assert all(m >= r > 0 for m, r in zip(h["max_logit"], h["logit_rms"]))
-    assert h["weight_norm"][0]["attn.w_q"] == pytest.approx(math.sqrt(G.PLANS["tiny"].d_model), rel=1e-5)
+    assert h["weight_norm"][0]["attn.w_q"] == pytest.approx(math.sqrt(G.PLANS["tiny"].model.d_model), rel=1e-5)
     assert h["scale"][-1] != h["scale"][0]  # the temperature is learned
-    u = G.run(dataclasses.replace(G.PLANS["tiny"], arm="uniform", steps=5))["history"]
+    u = G.run(replace(G.PLANS["tiny"], arm="uniform", steps=5))["history"]
     assert u["max_logit"][0] is None
 
 
@@ -106,7 +105,7 @@ def test_cli_writes_results_with_provenance(tmp_path, capsys):
 
 def test_sweep_writes_incrementally_and_resumes(tmp_path):
     torch.set_num_threads(2)  # the sweep's own setting, not the caller's, is what it records
-    base = dataclasses.replace(_small("adamw", steps=6, eval_every=3), threads=1)
+    base = replace(_small("adamw", steps=6, eval_every=3), threads=1)
     scfg = G.SweepConfig(seeds=(0, 1), arms=("adamw", "uniform"), out=str(tmp_path / "r.json"),
                          repro_arm="adamw", repro_steps=3)
     payload = G.sweep(scfg, base, command="test")
@@ -115,10 +114,10 @@ def test_sweep_writes_incrementally_and_resumes(tmp_path):
     stored = load_results(scfg.out)
     assert stored["provenance"]["command"] == "test" and stored["repro"]["history"]["step"] == [0, 3]
     assert stored["provenance"]["torch_threads"] == 1
-    again = G.sweep(dataclasses.replace(scfg, seeds=(0, 1, 2)), base, command="again")
+    again = G.sweep(replace(scfg, seeds=(0, 1, 2)), base, command="again")
     assert len(again["runs"]) == 6 and again["runs"][0] == stored["runs"][0]
     assert [p["command"] for p in again["provenance_previous"]] == ["test"]
-    redo = G.sweep(dataclasses.replace(scfg, seeds=(0, 1, 2), redo_arms=("adamw",)), base, command="redo")
+    redo = G.sweep(replace(scfg, seeds=(0, 1, 2), redo_arms=("adamw",)), base, command="redo")
     assert [(r["seed"], r["arm"]) for r in redo["runs"][:3]] == [(0, "uniform"), (1, "uniform"),
                                                                   (2, "uniform")]
     assert len(redo["runs"]) == 6 and redo["repro"] is not None
@@ -129,57 +128,57 @@ def test_sweep_writes_incrementally_and_resumes(tmp_path):
         r["git_dirty"] = False
     stored["runs"][1].update(git_dirty=True, marker="from an edited tree")
     save_results(scfg.out, stored)
-    kept = G.sweep(dataclasses.replace(scfg, seeds=(0, 1, 2)), base, command="kept")
+    kept = G.sweep(replace(scfg, seeds=(0, 1, 2)), base, command="kept")
     assert [r.get("marker") for r in kept["runs"]].count("from an edited tree") == 1
-    clean = G.sweep(dataclasses.replace(scfg, seeds=(0, 1, 2), redo_dirty=True), base, command="clean")
+    clean = G.sweep(replace(scfg, seeds=(0, 1, 2), redo_dirty=True), base, command="clean")
     assert len(clean["runs"]) == 6 and not any("marker" in r for r in clean["runs"])
     assert [(r["seed"], r["arm"]) for r in clean["runs"]][-1] == (1, "uniform")  # run again, in its turn
 
 
 def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
     base = G.PLANS["tiny"]
-    scfg = dataclasses.replace(G.SWEEPS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
-                               out=str(tmp_path / "wd.json"))
-    payload = G.sweep(scfg, dataclasses.replace(base, steps=6), command="wd")
+    scfg = replace(G.SWEEPS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
+                   out=str(tmp_path / "wd.json"))
+    payload = G.sweep(scfg, replace(base, steps=6), command="wd")
     assert [(r["weight_decay"], r["arm"]) for r in payload["runs"]] == [(0.1, "adamw"), (1.0, "adamw")]
     assert payload["runs"][0]["metrics"] != payload["runs"][1]["metrics"]
     assert all("git_commit" in r and "git_dirty" in r for r in payload["runs"])
     assert set(G.runs_by_arm(payload, weight_decay=0.1)) == {"adamw"}
     with pytest.raises(ValueError, match="weight_decay"):
         G.runs_by_arm(payload)
-    again = G.sweep(scfg, dataclasses.replace(base, steps=6), command="again")  # nothing left to run
+    again = G.sweep(scfg, replace(base, steps=6), command="again")  # nothing left to run
     assert again["runs"] == load_results(scfg.out)["runs"]
     with pytest.raises(ValueError, match="other settings"):
-        G.sweep(scfg, dataclasses.replace(base, steps=7))
+        G.sweep(scfg, replace(base, steps=7))
 
 
 def test_weight_decay_sweep_copies_runs_it_can_reuse(tmp_path):
-    base = dataclasses.replace(G.PLANS["tiny"], steps=6)
-    plan = dataclasses.replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
-    src = G.sweep(dataclasses.replace(plan, arms=("adamw", "frozen_learned"), seeds=(0, 1),
-                                      out=str(tmp_path / "long.json")), base, command="long")
-    wd_plan = dataclasses.replace(plan, weight_decays=(0.1, base.weight_decay), out=str(tmp_path / "wd.json"),
-                                  reuse=str(tmp_path / "long.json"))
+    base = replace(G.PLANS["tiny"], steps=6)
+    plan = replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
+    src = G.sweep(replace(plan, arms=("adamw", "frozen_learned"), seeds=(0, 1),
+                          out=str(tmp_path / "long.json")), base, command="long")
+    wd = base.optimizer.weight_decay
+    wd_plan = replace(plan, weight_decays=(0.1, wd), out=str(tmp_path / "wd.json"), reuse=str(tmp_path / "long.json"))
     got = G.sweep(wd_plan, base, command="wd")
     keys = [(r["arm"], r["seed"], r["weight_decay"], r.get("copied_from")) for r in got["runs"]]
     # seed 1 and frozen_learned are not this sweep's; stiefel_learned at the base decay is not in the file
     assert keys == [("adamw", 0, 0.1, None), ("stiefel_learned", 0, 0.1, None),
-                    ("adamw", 0, base.weight_decay, wd_plan.reuse), ("stiefel_learned", 0, base.weight_decay, None)]
+                    ("adamw", 0, wd, wd_plan.reuse), ("stiefel_learned", 0, wd, None)]
     copied, ran = got["runs"][2], got["runs"][3]
     assert copied["metrics"] == src["runs"][0]["metrics"] and copied["history"] == src["runs"][0]["history"]
     # the copy is the run this sweep would have made
-    fresh = G.run(dataclasses.replace(base, arm="adamw", seed=0, weight_decay=base.weight_decay))
+    fresh = G.run(replace(base, arm="adamw", seed=0, weight_decay=wd))
     assert fresh["metrics"] == copied["metrics"]
     assert ran["metrics"] != got["runs"][1]["metrics"]  # the decay reached the run
     with pytest.raises(ValueError, match=r"another base config \(fields \['steps'\]\)"):
-        G.reusable_runs(wd_plan, dataclasses.replace(base, steps=7))
+        G.reusable_runs(wd_plan, replace(base, steps=7))
 
 
 def test_merge_results_of_parallel_sweeps(tmp_path):
-    base = dataclasses.replace(G.PLANS["tiny"], steps=6)
-    plan = dataclasses.replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"))
-    a = G.sweep(dataclasses.replace(plan, seeds=(0,), out=str(tmp_path / "a.json")), base, command="a")
-    b = G.sweep(dataclasses.replace(plan, seeds=(1,), out=str(tmp_path / "b.json")), base, command="b")
+    base = replace(G.PLANS["tiny"], steps=6)
+    plan = replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"))
+    a = G.sweep(replace(plan, seeds=(0,), out=str(tmp_path / "a.json")), base, command="a")
+    b = G.sweep(replace(plan, seeds=(1,), out=str(tmp_path / "b.json")), base, command="b")
     merged = G.merge_results([a, b])
     assert [(r["seed"], r["arm"]) for r in merged["runs"]] == [(0, "adamw"), (0, "stiefel_learned"),
                                                                (1, "adamw"), (1, "stiefel_learned")]
@@ -188,8 +187,8 @@ def test_merge_results_of_parallel_sweeps(tmp_path):
     assert rows[0]["n"] == 2 and rows[0]["seeds"] == [0, 1]
     with pytest.raises(ValueError, match="more than one file"):
         G.merge_results([a, a])
-    other = G.sweep(dataclasses.replace(plan, seeds=(1,), out=str(tmp_path / "c.json")),
-                    dataclasses.replace(base, steps=5))
+    other = G.sweep(replace(plan, seeds=(1,), out=str(tmp_path / "c.json")),
+                    replace(base, steps=5))
     with pytest.raises(ValueError, match="different base configs"):
         G.merge_results([a, other])
 
@@ -207,7 +206,7 @@ def test_first_updates_reproduce_the_profiled_run():
     """The profile's reference run (this repository's reproduction setting), update by update."""
     prof = next(p for p in load_results(PROFILE)["profiles"] if p["task"] == "grokking")
     ref = prof["runs"]["kernel:native"]
-    cfg = dataclasses.replace(_config(ref["config"]), steps=EARLY_UPDATES)
+    cfg = replace(_config(ref["config"]), steps=EARLY_UPDATES)
     again = G.run(cfg)["history"]
     assert again["step"] == ref["step"][:EARLY_UPDATES + 1]
     for key in ("train_loss", "dist_q"):
@@ -219,7 +218,7 @@ def test_reproduces_the_studies_results():
     """Re-run the short repro run each committed study file stores first (so partial files have it)."""
     for path in sorted(RESULTS.parent.glob("r2_*.json")):
         repro = load_results(path)["repro"]
-        cfg = dataclasses.replace(_config(repro["config"]), progress=False)
+        cfg = replace(_config(repro["config"]), progress=False)
         _assert_reproduces(G.run(cfg)["history"], repro["history"], path.name)
 
 
@@ -230,7 +229,7 @@ def test_reproduces_committed_results():
     full-length run of the same arm and seed wherever they share an evaluation."""
     results = load_results(RESULTS)
     repro = results["repro"]
-    cfg = dataclasses.replace(_config(repro["config"]), progress=False, steps=PROFILED_STEPS)
+    cfg = replace(_config(repro["config"]), progress=False, steps=PROFILED_STEPS)
     again = G.run(cfg)["history"]
     _assert_reproduces(again, repro["history"], "repro")
     full = next(r for r in results["runs"] if r["arm"] == cfg.arm and r["seed"] == cfg.seed)

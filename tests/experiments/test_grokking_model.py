@@ -1,18 +1,18 @@
 """Tests of the grokking task and model: the equations, the split, paired init, the last-position model."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
 import torch
 
 from stiefel_mini.experiments import grokking as G
+from stiefel_mini.experiments.config import replace
 from stiefel_mini.geometry import orthogonality_error
 
 def _small(arm: str, seed: int = 0, **kw) -> G.GrokkingConfig:
-    return G.GrokkingConfig(p=11, d_model=16, n_heads=2, d_mlp=32, arm=arm, seed=seed, progress=False,
-                            **kw)
+    return replace(G.GrokkingConfig(), p=11, d_model=16, n_heads=2, d_mlp=32, arm=arm, seed=seed, progress=False,
+                   **kw)
 
 @pytest.mark.parametrize("op", ["add", "sub", "div"])
 def test_modular_table(op):
@@ -56,7 +56,7 @@ def test_paired_initialisation_across_arms():
 def test_last_position_equals_full_model(arm, logit_scale):
     cfg = _small(arm, logit_scale=logit_scale)
     model = G.build_model(cfg)
-    x = G.make_dataset(cfg.p, "add", 0.5, 0)["x_train"]
+    x = G.make_dataset(cfg.task.p, "add", 0.5, 0)["x_train"]
     torch.testing.assert_close(model(x), model.forward_full(x), rtol=1e-5, atol=1e-5)
 
 
@@ -74,19 +74,19 @@ def test_uniform_control_attends_uniformly():
 
 def test_study_arms_share_initialisation_and_matched_temperature():
     cfg = G.PLANS["tiny"]
-    models = {arm: G.build_model(dataclasses.replace(cfg, arm=arm)) for arm in G.STUDY_ARMS}
+    models = {arm: G.build_model(replace(cfg, arm=arm)) for arm in G.STUDY_ARMS}
     ref = dict(models["adamw"].named_parameters())
     for arm, model in models.items():
         for name, p in model.named_parameters():
             if name != "attn.log_scale":
                 assert torch.equal(p, ref[name]), (arm, name)
-    x = G.make_dataset(cfg.p, cfg.op, cfg.train_frac, cfg.seed)["x_train"]
+    x = G.make_dataset(cfg.task.p, cfg.task.op, cfg.task.train_frac, cfg.seed)["x_train"]
     for arm in ("stiefel_learned", "frozen_learned"):
         rms = G.last_logits(models[arm], x).pow(2).mean(dim=(0, 2)).sqrt()  # (H,)
-        torch.testing.assert_close(rms, torch.full_like(rms, cfg.logit_rms_init))
+        torch.testing.assert_close(rms, torch.full_like(rms, cfg.model.logit_rms_init))
     torch.testing.assert_close(models["stiefel_learned"].attn.log_scale, models["frozen_learned"].attn.log_scale)
     # QK-norm keeps its own gain; the fixed-scale AdamW arm's logits are far smaller.
-    assert models["qknorm"].attn.scale()[0].item() == pytest.approx(math.sqrt(cfg.d_model // cfg.n_heads))
-    assert G.last_logits(models["adamw"], x).pow(2).mean().sqrt() < 0.5 * cfg.logit_rms_init
+    assert models["qknorm"].attn.scale()[0].item() == pytest.approx(math.sqrt(cfg.model.d_model // cfg.model.n_heads))
+    assert G.last_logits(models["adamw"], x).pow(2).mean().sqrt() < 0.5 * cfg.model.logit_rms_init
     with pytest.raises(ValueError, match="learned"):
         G.match_logit_scale(models["adamw"], x, 1.0)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
 import torch
 
 from stiefel_mini.experiments import weight_decay as wdx
-from stiefel_mini.experiments.config import ConfigError, parse_config
+from stiefel_mini.experiments.config import ConfigError, parse_config, replace
 
-TINY = wdx.WeightDecayConfig(steps=30, weight_decays=(0.0, 1.0, 10.0), snapshot_steps=(0, 10, 30),
-                             log_every=5, eval_size=64, batch_size=32)
+TINY = replace(wdx.WeightDecaySweep(), steps=30, weight_decays=(0.0, 1.0, 10.0), snapshot_steps=(0, 10, 30),
+               log_every=5, eval_size=64, batch_size=32)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +51,7 @@ def test_same_start_and_batches_for_every_arm(history):
 
 
 def test_decay_scope_all_moves_the_frames_through_the_rest_of_the_model():
-    cfg = dataclasses.replace(TINY, arms=("stiefel",), weight_decays=(0.0, 3.0), decay_scope="all")
+    cfg = replace(TINY, arms=("stiefel",), weight_decays=(0.0, 3.0), decay_scope="all")
     h = wdx.sweep(cfg)
     assert not wdx.frames_identical(h, "stiefel")
     assert h["runs"]["stiefel"][1]["orth_q"][-1] < 1e-5
@@ -68,14 +67,14 @@ def test_angular_update_matches_definition():
 
 
 def test_config_cli_parsing():
-    cfg = parse_config(wdx.WeightDecayConfig, ["--weight_decays", "0,0.5", "--decay_scope", "all"])
-    assert cfg.weight_decays == (0.0, 0.5) and cfg.decay_scope == "all"
+    cfg = parse_config(wdx.WeightDecaySweep, ["--weight_decays", "0,0.5", "--decay_scope", "all"])
+    assert cfg.weight_decays == (0.0, 0.5) and cfg.run.optimizer.decay_scope == "all"
     with pytest.raises(ConfigError):
-        parse_config(wdx.WeightDecayConfig, ["--decay_scope", "everything"])
+        parse_config(wdx.WeightDecaySweep, ["--decay_scope", "everything"])
     with pytest.raises(ValueError, match="unknown arm"):
-        wdx.run(dataclasses.replace(TINY, arm="sgd"))
+        wdx.run(replace(TINY.run, arm="sgd"))
     with pytest.raises(ValueError, match=">= 0"):
-        wdx.run(dataclasses.replace(TINY, weight_decay=-1.0))
+        wdx.run(replace(TINY.run, weight_decay=-1.0))
 
 
 def test_cli_writes_results(tmp_path, capsys):
@@ -92,14 +91,14 @@ def test_cli_writes_results(tmp_path, capsys):
 
 
 def test_run_is_one_run_of_the_sweep(history):
-    cfg = dataclasses.replace(TINY, arm="adamw", weight_decay=10.0)
+    cfg = replace(TINY.run, arm="adamw", weight_decay=10.0)
     one = wdx.run(cfg)
     assert one["norm_q"] == history["runs"]["adamw"][2]["norm_q"]
     assert torch.equal(one["final"]["w_q"], history["runs"]["adamw"][2]["final"]["w_q"])
     with pytest.raises(ValueError, match="removes the attention"):
-        wdx.build_model(TINY, "uniform")
+        wdx.build_model(TINY.run, "uniform")
     with pytest.raises(ValueError, match="unknown arm"):
-        wdx.sweep(dataclasses.replace(TINY, arms=("nope",)))
+        wdx.sweep(replace(TINY, arms=("nope",)))
 
 
 def test_summary_table_rows(history):
