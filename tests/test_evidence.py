@@ -3,6 +3,7 @@ verdict words, the CLI, the book's use of one verdict per claim, and stored metr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -195,6 +196,23 @@ def test_fixed_epoch_scaling_pairs_the_small_runs_with_the_fitted_ones(tmp_path)
     gain = {(r["label"], r["regime"]): r for r in by_key(tmp_path)["cifar_gain"]["secondary"]}
     five = gain[("A1 − A0, 5,000 images", evidence.claims.EPOCHS_REGIME)]
     assert five["n"] == 4 and five["mean"] == pytest.approx(100 * np.mean(list(lead.values())) + 1.0)
+
+
+def test_a_re_bracket_chooses_the_best_lr_on_its_own_seeds(tmp_path):
+    # A0 at 3e-3 is high on seeds 2-3, which the re-bracket did not run: on seeds 0-1 alone, 1e-3 is best
+    fitted_runs = [cifar_run("A0", s, [0.60, 0.60, 0.70, 0.70][s]) for s in range(4)]
+    fitted_runs += [cifar_run("A1", s, 0.62, frame_lr=1.0) for s in range(4)]
+    write(tmp_path, "cifar/r2_fitted.json", fitted_runs)
+    write(tmp_path, "cifar/r3_bracket.json", [cifar_run("A0", s, 0.61, lr=lr) for s in (0, 1) for lr in (1e-3, 1e-2)])
+    write(tmp_path, "cifar/r3_bracket_a1.json", [cifar_run("A1", s, 0.615, lr=1e-3, frame_lr=1.0) for s in (0, 1)])
+    sec = {c.label: c for c in evidence.claim("cifar_gain").secondary}
+    best = evidence.compute(sec["A1 − A0 at its best of lr 1e-3 / 3e-3 / 1e-2"], tmp_path)
+    assert best["seeds"] == [0, 1] and best["mean"] == pytest.approx(1.0)  # 62% against A0's 61% at 1e-3
+    unrestricted = evidence.compute(dataclasses.replace(sec["A1 − A0 at its best of lr 1e-3 / 3e-3 / 1e-2"], seeds=()),
+                                    tmp_path)
+    assert unrestricted["n"] == 4 and unrestricted["mean"] == pytest.approx(-3.0)  # 3e-3 chosen on 4 seeds
+    low = evidence.compute(sec["A1 − A0, both at lr 1e-3"], tmp_path)
+    assert low["seeds"] == [0, 1] and low["mean"] == pytest.approx(0.5)
 
 
 def test_files_that_cannot_be_paired_are_refused(tmp_path):

@@ -38,7 +38,9 @@ class Comparison:
     ``metric``: a run field, or ``"metrics.<key>"`` for grokking runs; ``scale`` multiplies it (100:
     fractions to points); ``of_gap``: ``(select_low, select_high)``: the per-seed gap ``b - a`` at
     ``select_high`` minus the gap at ``select_low``; ``ratio``: the comparison is the ratio
-    ``metric(a) / metric(b)`` (:func:`stiefel_mini.evidence.compare.ratio`), not a difference.
+    ``metric(a) / metric(b)`` (:func:`stiefel_mini.evidence.compare.ratio`), not a difference;
+    ``seeds``: the only seeds used, before any best lr is chosen (all when empty), for a study run on
+    fewer seeds than the files it is pooled with, so that every lr is judged on the same seeds.
     """
 
     label: str
@@ -58,6 +60,7 @@ class Comparison:
     at_best: tuple[str, ...] = ()
     of_gap: tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]] | None = None
     ratio: bool = False
+    seeds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ def _sel(**kw: Any) -> tuple[tuple[str, Any], ...]:
 
 FIT = ("cifar/r2_fitted.json",)
 FIT_REGIME = "fitted, 50,000 images, 10 epochs, lr 3e-3, A1's frame lr 1.0"
+BRACKET = ("cifar/r2_fitted.json", "cifar/r3_bracket.json", "cifar/r3_bracket_a1.json")
+BRACKET_REGIME = "lr re-bracket at 50,000 images, 10 epochs, seeds 0-1, A1's frame lr 1.0"
 LR_REGIME = "lr sweep, 15,000 images, 10 epochs, each arm at its best lr"
 SCL_REGIME = "fixed 2,000 steps"
 EPOCHS = ("cifar/r3_epochs.json", "cifar/r2_fitted.json")
@@ -136,6 +141,10 @@ CLAIMS: tuple[Claim, ...] = (
                      Comparison("QK-norm − A0", LR_REGIME, ("cifar/r2_lr.json",), "A0", "qknorm",
                                 at_best=("A0", "qknorm")),
                      Comparison("QK-norm − A0", FIT_REGIME, FIT, "A0", "qknorm"),
+                     Comparison("A1 − A0 at its best of lr 1e-3 / 3e-3 / 1e-2", BRACKET_REGIME, BRACKET, "A0", "A1",
+                                at_best=("A0",), select_b=_sel(lr=3e-3), seeds=(0, 1)),
+                     Comparison("A1 − A0, both at lr 1e-3", BRACKET_REGIME, BRACKET, "A0", "A1", select=_sel(lr=1e-3),
+                                seeds=(0, 1)),
                      *(Comparison(f"A1 − A0, {round(50_000 * f):,} images", SCL_REGIME, ("cifar/r2_scaling.json",),
                                   "A0", "A1", select=_sel(train_fraction=f)) for f in (0.1, 0.3, 1.0)),
                      *(Comparison(f"A1 − A0, {round(50_000 * f):,} images", EPOCHS_REGIME, EPOCHS, "A0", "A1",

@@ -78,6 +78,8 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
     those seeds (the confirmation of a primary).
     """
     pool, present = _pooled(comp.files, root)
+    if comp.seeds:
+        pool = [r for r in pool if r["seed"] in comp.seeds]
     if comp.of_gap is None:
         a = _side(pool, comp, comp.a, comp.select_a)
         b = _side(pool, comp, comp.b, comp.select_b)
