@@ -48,7 +48,8 @@ from stiefel_mini.experiments.grokking_metrics import (collapses, curve_bands, d
                                                        runs_by_arm, seed_runs, stored_metrics, subsample)
 from stiefel_mini.experiments.grokking_model import (GrokkingTransformer, build_model, last_logits, make_dataset,
                                                      match_logit_scale, modular_table)
-from stiefel_mini.experiments.records import config_dict, load_results, provenance, save_results
+from stiefel_mini.experiments.records import (config_dict, cpu_description, load_results, provenance, save_results,
+                                              utc_now)
 from stiefel_mini.experiments.runner import cli, parse_cli, parse_sweep_cli, resume, run_grid
 from stiefel_mini.experiments.runtime import progress, set_threads, subnormals_flushed
 from stiefel_mini.geometry import orthogonality_error
@@ -86,6 +87,11 @@ def _train(cfg: GrokkingConfig) -> dict:
     data = make_dataset(cfg.task.p, cfg.task.op, cfg.task.train_frac, cfg.seed)
     model = build_model(cfg)
     opt = make_optimizer(model, cfg.arm, **optimizer_options(cfg.optimizer))
+    warmup = cfg.optimizer.warmup_steps
+    if warmup < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {warmup}")
+    # LambdaLR's factor at optimizer step s (from 0) is min(s / warmup, 1): step 0 moves nothing.
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(s / warmup, 1.0)) if warmup else None
     qk = [model.attn.w_q, model.attn.w_k]  # each (H, d, dh)
     init = [w.detach().clone() for w in qk]
     prev = [w.detach().clone() for w in qk]
@@ -130,6 +136,8 @@ def _train(cfg: GrokkingConfig) -> dict:
             for Wp, W in zip(prev, qk):
                 Wp.copy_(W.detach())
         opt.step()
+        if sched is not None:
+            sched.step()
         bar.update()
     bar.close()
     return {"config": config_dict(cfg), "history": hist, "metrics": metrics(hist, cfg),
@@ -179,7 +187,8 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
     The short reproduction run is stored first, so even a stopped sweep's file can be checked. Runs
     already in the file with the same base config are kept, so an interrupted sweep continues where
     it stopped; the provenance of the earlier invocations is kept in ``provenance_previous``, and
-    each run records the commit (``git_commit``, ``git_dirty``) it ran at. A file with a different
+    each run records the commit (``git_commit``, ``git_dirty``) it ran at, when it started
+    (``started_utc``) and the CPU it ran on (``cpu``: :func:`~stiefel_mini.experiments.records.cpu_description`). A file with a different
     base config raises a ``ValueError`` rather than being overwritten. Runs of ``redo_arms`` are
     dropped first and run again, and so are runs that record ``git_dirty: true`` when
     ``sweep_cfg.redo_dirty``. Runs of ``sweep_cfg.reuse`` (:func:`reusable_runs`) are copied in
@@ -221,9 +230,11 @@ def sweep(sweep_cfg: SweepConfig, base: GrokkingConfig, command: str | None = No
             payload["runs"].append(reusable[key])
             return
         arm, seed, wd = key
+        started = utc_now()
         result = run(replace(base, arm=arm, seed=seed, weight_decay=wd))
         payload["runs"].append({
-            "arm": arm, "seed": seed, "weight_decay": wd, "metrics": result["metrics"],
+            "arm": arm, "seed": seed, "weight_decay": wd, "started_utc": started, "cpu": cpu_description(),
+            "metrics": result["metrics"],
             "wall_time_s": result["wall_time_s"], "git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"],
             "history": subsample(result["history"], sweep_cfg.history_points),
         })

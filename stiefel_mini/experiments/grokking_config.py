@@ -2,7 +2,7 @@
 
 :class:`GrokkingConfig` is one training run, made of the parts :class:`ModularTask`,
 :class:`GrokkingModel` and :class:`GrokkingOptimizer`; :data:`PLANS` names its settings (``cpu``, the book's;
-``reference``, Nanda et al.'s recipe; ``live``, ``long``, ``short``, ``tiny``). :class:`SweepConfig` is
+``reference``, Nanda et al.'s recipe; ``endpoint``, the paper's 20,000 epochs; ``live``, ``long``, ``short``, ``tiny``). :class:`SweepConfig` is
 a paired sweep over arms and seeds (and weight decays) of one plan; :data:`SWEEPS` names the studies.
 """
 
@@ -51,6 +51,9 @@ class GrokkingOptimizer:
     betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 1.0
     max_step: Optional[float] = 0.1  # StiefelAdam's cap on a frame step's Frobenius norm
+    # Linear warm-up: optimizer step s (from 0) uses lr * min(s / warmup_steps, 1), every group alike
+    # (Nanda et al.'s LambdaLR(min(step / 10, 1))); 0: none.
+    warmup_steps: int = 0
 
 
 @dataclass
@@ -74,10 +77,12 @@ class GrokkingConfig:
 
 
 PLANS: dict[str, GrokkingConfig] = {
-    # Nanda et al. (2023): p = 113, 30% train, lr 1e-3, wd 1, betas (0.9, 0.98); groks in ~5-10k epochs.
+    # Nanda et al. (2023): p = 113, 30% train, lr 1e-3, wd 1, betas (0.9, 0.98), 10 warm-up steps;
+    # they report memorisation by ~1.4k epochs, circuit formation to ~9.4k, clean-up after.
     # Learned temperatures start at unit logit RMS, as in "long".
     "reference": GrokkingConfig(steps=20_000, eval_every=50, task=ModularTask(p=113),
-                                model=GrokkingModel(logit_rms_init=1.0), optimizer=GrokkingOptimizer(lr=1e-3)),
+                                model=GrokkingModel(logit_rms_init=1.0),
+                                optimizer=GrokkingOptimizer(lr=1e-3, warmup_steps=10)),
     # The book's CPU setting: the same model and recipe on a smaller modulus (1,044 training
     # equations instead of 3,831) with a 10x larger lr; AdamW reaches 99% validation accuracy within
     # the 1,800 steps on every seed of results/grokking/cpu.json.
@@ -89,6 +94,8 @@ PLANS: dict[str, GrokkingConfig] = {
     # 1/sqrt(d_head) rule aims at for unit-variance q and k; AdamW's own logits pass it within its
     # first ~10 steps here, while all arms start at RMS ~0.02 from the shared initialisation).
     "long": GrokkingConfig(steps=8000, model=GrokkingModel(logit_rms_init=1.0)),
+    # The paper's horizon: "long" for 20,000 steps (full batch, so steps are epochs).
+    "endpoint": GrokkingConfig(steps=20_000, model=GrokkingModel(logit_rms_init=1.0)),
     # The studies' arms at the cpu length (1,800 steps): the grokking-time comparisons at a third of
     # the cost of "long" (collapses need "long").
     "short": GrokkingConfig(model=GrokkingModel(logit_rms_init=1.0)),
@@ -137,10 +144,14 @@ SWEEPS: dict[str, SweepConfig] = {
     "r2_wd": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"), out="results/grokking/r2_wd.json",
                          preset="long", history_points=400, repro_arm="stiefel_learned", repro_steps=100,
                          weight_decays=(0.1, 0.3, 1.0, 3.0), reuse="results/grokking/r2_long.json"),
-    # Nanda et al.'s p = 113 recipe (20,000 steps).
-    "r2_reference": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"),
-                                out="results/grokking/r2_reference.json", preset="reference", history_points=400,
-                                repro_arm="stiefel_learned", repro_steps=100),
+    # The endpoint study: the paper's 20,000 epochs at p = 59, 8 paired seeds, every evaluation kept
+    # (frozen_learned on seeds 0-2 into the same file: --arms frozen_learned --seeds 0 1 2).
+    "endpoint": SweepConfig(seeds=tuple(range(8)), arms=("adamw", "stiefel_learned"),
+                            out="results/grokking/endpoint.json", preset="endpoint", history_points=2000,
+                            repro_arm="stiefel_learned", repro_steps=100),
+    # The peer curve: Nanda et al.'s p = 113 recipe (20,000 steps), every evaluation kept.
+    "nanda": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"), out="results/grokking/nanda.json",
+                         preset="reference", history_points=2000, repro_arm="stiefel_learned", repro_steps=100),
     # Seconds: the tests' version of r2_long and r2_wd.
     "tiny": SweepConfig(seeds=(0, 1), arms=("adamw", "stiefel_learned", "frozen_learned"),
                         out="results/grokking/tiny.json", preset="tiny", repro_arm="stiefel_learned",

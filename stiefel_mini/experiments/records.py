@@ -25,7 +25,8 @@ import torch
 
 from stiefel_mini.experiments.config import leaf_fields, leaf_values, replace
 
-__all__ = ["provenance", "save_results", "load_results", "jsonable", "config_dict", "config_from_dict"]
+__all__ = ["provenance", "cpu_description", "utc_now", "save_results", "load_results", "jsonable", "config_dict",
+           "config_from_dict"]
 
 
 def config_dict(cfg: Any) -> dict:
@@ -47,6 +48,29 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip()
 
 
+def utc_now() -> str:
+    """The time now in UTC, ISO 8601 to the second (``2026-12-02T13:45:00+00:00``)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def cpu_description() -> dict:
+    """The CPU a run computes on: ``{"model", "capability"}``.
+
+    ``model``: the processor's model name (``/proc/cpuinfo``'s first ``model name``; elsewhere
+    ``platform.processor()``, ``None`` if neither says); ``capability``: the instruction-set level
+    that torch's CPU kernels dispatch to (``torch.backends.cpu.get_cpu_capability()``, e.g.
+    ``"AVX512"``, ``"AVX2"``; lowered by ``ATEN_CPU_CAPABILITY``). Two runs paired across CPUs that
+    differ here can differ by rounding that training amplifies.
+    """
+    model = None
+    try:
+        with open("/proc/cpuinfo") as fh:
+            model = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"model": model or platform.processor() or None, "capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def _device_description(device: str | torch.device | None) -> dict:
     """What ran the experiment, without the host name: device kind, CPU/GPU model, thread count."""
     device = torch.device(device) if device is not None else torch.device("cpu")
@@ -56,6 +80,7 @@ def _device_description(device: str | torch.device | None) -> dict:
     info["machine"] = platform.machine()
     info["processor"] = platform.processor() or None
     info["cpu_count"] = os.cpu_count()
+    info["cpu"] = cpu_description()
     return info
 
 
@@ -94,7 +119,7 @@ def provenance(
         **_device_description(device),
         "config": None if cfg is None else config_dict(cfg),
         "seeds": None if seeds is None else [int(s) for s in seeds],
-        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp_utc": utc_now(),
     }
 
 

@@ -82,6 +82,33 @@ def test_run_records_history_and_frames_stay_on_manifold():
     assert frozen["dist_q"] == [0.0, 0.0, 0.0] and frozen["step_k"] == [0.0, 0.0, 0.0]
 
 
+def test_warmup_scales_the_lr_linearly_from_zero():
+    """Nanda et al.'s LambdaLR(min(s / w, 1)): update s moves by lr * s / w, the first not at all.
+
+    With ``eval_every=1`` the history's ``step_q`` is each update's frame step; AdamW's update of a
+    weight whose gradient keeps its sign is about lr per entry, so the ratio of the steps of updates 2
+    and 3 under warm-up 4 is (2/4) / (3/4) of the unwarmed ratio."""
+    base = _small("adamw", steps=6, eval_every=1, lr=1e-3, weight_decay=0.0)
+    plain = G.run(base)["history"]["step_q"]
+    warm = G.run(replace(base, warmup_steps=4))["history"]["step_q"]
+    assert warm[1] == 0.0 and plain[1] > 0  # update 1 (s = 0) has factor 0
+    for s in (1, 2, 3):
+        assert warm[s + 1] / plain[s + 1] == pytest.approx(s / 4, rel=0.05), s
+    with pytest.raises(ValueError, match="warmup_steps"):
+        G.run(replace(base, warmup_steps=-1))
+
+
+def test_sweep_runs_record_start_time_and_cpu(tmp_path):
+    scfg = G.SweepConfig(seeds=(0,), arms=("adamw",), out=str(tmp_path / "r.json"), repro_arm="adamw", repro_steps=2)
+    G.sweep(scfg, _small("adamw", steps=4, eval_every=2))
+    stored = load_results(scfg.out)
+    run = stored["runs"][0]
+    assert run["started_utc"] >= stored["provenance"]["timestamp_utc"]  # the run starts after the sweep
+    assert run["started_utc"].endswith("+00:00") and set(run["cpu"]) == {"model", "capability"}
+    assert run["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert stored["provenance"]["cpu"] == run["cpu"]
+
+
 def test_cli_overrides_are_type_checked():
     with pytest.raises(ConfigError, match="steps"):
         parse_config(G.GrokkingConfig, ["--steps", "many"])
