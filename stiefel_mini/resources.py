@@ -3,8 +3,11 @@
 The experiments write their results into ``results/`` at the repository root (for example
 ``--out results/grokking/cpu.json``), and the book's chapters read them back. A chapter may run with
 any working directory: ``book/`` during the build, an empty folder in Colab. :func:`results_path`
-finds a file in one of two places, in this order:
+finds a file in one of these places, in this order:
 
+0. ``$STIEFEL_MINI_RESULTS/<name>`` where that environment variable names a folder: another set of
+   results (the counterfactual test runs the chapters on a copy with the arms swapped); a file
+   missing there is an error, never a silent fall-back to the committed one;
 1. the repository checkout that this package is imported from (a clone, an editable install,
    ``PYTHONPATH``): ``<repository>/results/<name>``, so that a sweep just rerun there is what a
    chapter reads;
@@ -15,8 +18,11 @@ finds a file in one of two places, in this order:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+RESULTS_ENV = "STIEFEL_MINI_RESULTS"
+"""The environment variable that points every reader of results at another folder."""
 _PACKAGE = Path(__file__).resolve().parent
 CHECKOUT_RESULTS = _PACKAGE.parent / "results"
 """``results/`` of the repository checkout that holds this package (absent in an installed wheel)."""
@@ -31,7 +37,8 @@ def results_path(name: str) -> Path:
         name: path relative to the repository's ``results/`` folder, with ``/`` separators.
 
     Returns:
-        ``<checkout>/results/<name>`` if that file exists, else the packaged copy.
+        ``$STIEFEL_MINI_RESULTS/<name>`` where the variable is set; else ``<checkout>/results/<name>``
+        if that file exists, else the packaged copy.
 
     Raises:
         ValueError: ``name`` is absolute or climbs out of ``results/`` with ``..``.
@@ -42,6 +49,16 @@ def results_path(name: str) -> Path:
         raise ValueError(
             f"results_path takes a path relative to results/, like 'grokking/cpu.json'; got {name!r}"
         )
+    override = os.environ.get(RESULTS_ENV)
+    if override:
+        if not Path(override).is_dir():
+            raise FileNotFoundError(f"{RESULTS_ENV}={override!r} is not a folder; point it at a copy of results/ "
+                                    "or unset it")
+        path = Path(override) / rel
+        if not path.is_file():
+            raise FileNotFoundError(f"results file {name!r} not found in {RESULTS_ENV}={override!r}; copy it "
+                                    "there or unset the variable")
+        return path
     tried = [CHECKOUT_RESULTS / rel, PACKAGED_RESULTS / rel]
     for path in tried:
         if path.is_file():

@@ -70,3 +70,17 @@ def test_wheel_carries_results_and_resolves_them_without_a_checkout(tmp_path):
     assert Path(path) == site / "stiefel_mini" / "_results" / "grokking" / "cpu.json"
     assert not Path(checkout).exists()
     assert json.loads(Path(path).read_text()) == json.loads((ROOT / "results" / "grokking" / "cpu.json").read_text())
+
+
+def test_results_override_is_read_first_and_never_falls_back(tmp_path, monkeypatch):
+    from stiefel_mini import resources
+
+    (tmp_path / "grokking").mkdir()
+    (tmp_path / "grokking" / "cpu.json").write_text("{}")
+    monkeypatch.setenv(resources.RESULTS_ENV, str(tmp_path))
+    assert resources.results_path("grokking/cpu.json") == tmp_path / "grokking" / "cpu.json"
+    with pytest.raises(FileNotFoundError, match="STIEFEL_MINI_RESULTS"):
+        resources.results_path("cifar/r2_fitted.json")  # committed, but not in the override
+    monkeypatch.setenv(resources.RESULTS_ENV, str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match="not a folder"):
+        resources.results_path("grokking/cpu.json")
