@@ -124,7 +124,8 @@ def test_verdict_words_follow_the_primary(tmp_path):
     free = by_key(tmp_path)["freezing"]
     assert free["status"] == "contradicted" and free["verdict"].startswith("contradicted: freezing costs +1.")
     assert free["verdict"].endswith("not 0.28")
-    assert free["confirmation"]["present"] == [5, 6, 7] and free["confirmation"]["rows"][0]["n"] == 3
+    # these runs record no start and no commit: none can be shown to follow the declaration
+    assert free["confirmation"]["status"] == "pending" and free["confirmation"]["seeds"] == []
     # the paper's size inside the interval: reproduced
     fitted(tmp_path, 8, 8, gain=8.98, cost=0.28)
     v = by_key(tmp_path)
@@ -141,14 +142,15 @@ def test_mechanism_takes_its_primary_from_the_frame_lr_1_study_when_present(tmp_
            for a in arms for s in range(3)], abl)
     m = by_key(tmp_path)["mechanism"]
     assert m["status"] == "not resolved" and m["verdict"].startswith("not resolved: n = 3 cannot go below p = 0.25")
-    assert m["sure"].endswith("the declared study (mechanism at frame lr 1.0) not run yet") and m["confirmation"] is None
+    assert m["sure"].endswith("the declared primary (mechanism at frame lr 1.0, 15,000 images, 10 epochs) has no run "
+                              "yet") and m["confirmation"]["status"] == "pending"
     assert all("frame lr 0.03" in r["regime"] for r in m["primary"])
     # the declared study, partial: A1 and the no-projection rule on one seed; r2_ablation's A5 is not
     # paired with it (A5 at frame lr 1.0's study comes from r3_polar only)
     write(tmp_path, "cifar/r3_mechanism.json", [cifar_run(a, 0, 0.52, frac=0.3, lr=1e-3, frame_lr=1.0)
                                                 for a in ("A1", "stiefel_noproj")], {**abl, "frame_lr": 1.0})
     m = by_key(tmp_path)["mechanism"]
-    assert [r["n"] for r in m["primary"]] == [0, 0, 0, 1, 0, 0] and m["confirmation"]["present"] == [0]
+    assert [r["n"] for r in m["primary"]] == [0, 0, 0, 1, 0, 0] and m["confirmation"]["seeds"] == []
     assert m["verdict"].startswith("not resolved: n = 1 cannot go below p = 1")
     assert all("frame lr 1.0" in r["regime"] for r in m["primary"])
     # complete on 8 seeds, canonical projector clearly worse: contradicted
@@ -251,8 +253,10 @@ def test_intro_table_and_chapter_boxes_say_the_same(tmp_path):
         box = evidence.box_html(vs, chapter)
         for v in (v for v in vs if v["chapter"] == chapter):
             esc = lambda s: s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("'", "&#x27;")  # noqa: E731
-            assert esc(v["verdict"]) in table and esc(v["verdict"]) in box, (chapter, v["key"])
-            assert esc(v["sure"]) in table and esc(v["sure"]) in box
+            word = evidence.render.word_html(v["status"])
+            assert word in table and word in box, (chapter, v["key"])
+            assert esc(v["verdict"]) in box and esc(v["sure"]) in box
+            assert esc(evidence.render.headline(v)) in table
     with pytest.raises(ValueError, match="no claim"):
         evidence.box_html(vs, "retractions")
 

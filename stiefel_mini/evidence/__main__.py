@@ -1,10 +1,10 @@
-"""``python -m stiefel_mini.evidence [--json] [--root DIR]``: the verdicts and their comparisons.
+"""``python -m stiefel_mini.evidence [--json] [--root DIR] [--write-ledger]``: the verdicts and their comparisons.
 
 Without ``--json``: per claim, the verdict, how sure, the declared primary comparison(s), the
 confirmation seeds and the secondary comparisons, as text. With ``--json``: a list with one object
 per claim (``key``, ``claim``, ``paper``, ``verdict``, ``status``, ``sure``, ``chapter``,
 ``primary`` rows with ``p`` and ``p_holm``, ...). ``--root`` reads ``DIR/results/`` instead of the
-committed files.
+committed files. ``--write-ledger`` rewrites ``results/ledger.json`` (commit times, from git) first.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from stiefel_mini.evidence import ledger
 from stiefel_mini.evidence.judge import as_data, effect_text, sure_text, verdicts
 
 
@@ -24,7 +25,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m stiefel_mini.evidence", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     ap.add_argument("--root", default=None, help="a folder holding results/ (default: the committed files)")
+    ap.add_argument("--write-ledger", action="store_true", help="rewrite results/ledger.json from git first")
     args = ap.parse_args(argv)
+    if args.write_ledger:
+        print(f"wrote {ledger.write()}")
     vs = verdicts(args.root)
     if args.json:
         json.dump(as_data(vs), sys.stdout, indent=1)
@@ -39,11 +43,11 @@ def main(argv: list[str] | None = None) -> None:
             for r in v["primary"]:
                 print(_line(r, len(v["primary"])))
         conf = v["confirmation"]
-        if conf:
-            print(f"  confirmation ({conf['note']}): seeds present {conf['present'] or 'none yet'}")
+        if conf["status"] != "by construction":
+            print(f"  confirmation: {conf['status']}: {conf['text']}")
             for r in conf["rows"]:
                 if r["n"]:
-                    print(_line(r, 1))
+                    print(_line(r, len(conf["rows"])))
         if v["scale_note"]:
             print(f"  not tested: {v['scale_note']}")
         if v["secondary"]:

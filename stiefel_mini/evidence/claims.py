@@ -8,8 +8,9 @@ of comparisons, Holm-corrected among themselves with Tarone's rule
 (:func:`stiefel_mini.evidence.compare.correct`); a single primary is a family of one. Every other
 regime is a **secondary** comparison: computed by the same function, shown, never voting.
 
-The primaries were declared after the round-2 results had been seen; the runs that confirm them
-are those started afterwards, listed per claim in ``confirm`` (seeds never used for a choice).
+Each claim names the commit that declared its primary (``declared``). Most were declared after
+their data had been seen; the runs that can confirm one started after that commit and use no seed a
+choice was made on (``Comparison.chosen_on``): :mod:`stiefel_mini.evidence.ledger` finds them.
 
 How a declaration becomes a verdict: :mod:`stiefel_mini.evidence.judge`.
 """
@@ -40,7 +41,9 @@ class Comparison:
     ``select_high`` minus the gap at ``select_low``; ``ratio``: the comparison is the ratio
     ``metric(a) / metric(b)`` (:func:`stiefel_mini.evidence.compare.ratio`), not a difference;
     ``seeds``: the only seeds used, before any best lr is chosen (all when empty), for a study run on
-    fewer seeds than the files it is pooled with, so that every lr is judged on the same seeds.
+    fewer seeds than the files it is pooled with, so that every lr is judged on the same seeds;
+    ``chosen_on``: the seeds on which a choice this comparison relies on was made (an lr picked on
+    them): no run of these seeds can confirm it (:mod:`stiefel_mini.evidence.ledger`).
     """
 
     label: str
@@ -61,6 +64,7 @@ class Comparison:
     of_gap: tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]] | None = None
     ratio: bool = False
     seeds: tuple[int, ...] = ()
+    chosen_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,8 +76,10 @@ class Claim:
     (a family: ``expect_zero`` comparisons the claim says do not matter, the others that it says
     do), ``"design"`` (true of the algorithm's definition; ``design`` says how it is checked).
     ``primaries``: alternatives in order of preference, each a family; the first whose first file
-    exists is used. ``what``: how the primary's number reads in a verdict. ``confirm``: the seeds
-    run after the primaries were declared. ``scale_note``: the paper's regime this book did not reach.
+    exists is used. ``what``: how the primary's number reads in a verdict. ``declared``: the commit
+    that declared the first primary (its time, from ``results/ledger.json``, splits the runs into
+    those that can confirm it and those that cannot). ``confirm_note``: which runs were made to confirm
+    it. ``scale_note``: the paper's regime this book did not reach.
     """
 
     key: str
@@ -87,11 +93,12 @@ class Claim:
     primaries: tuple[tuple[Comparison, ...], ...] = ()
     secondary: tuple[Comparison, ...] = ()
     expect_zero: tuple[str, ...] = ()
-    confirm: tuple[int, ...] = ()
+    declared: str = ""
     confirm_note: str = ""
     scale_note: str = ""
     design: str = ""
     anchor: str = "verdict"
+    short: str = ""
 
 
 def _sel(**kw: Any) -> tuple[tuple[str, Any], ...]:
@@ -99,6 +106,8 @@ def _sel(**kw: Any) -> tuple[tuple[str, Any], ...]:
 
 
 FIT = ("cifar/r2_fitted.json",)
+LR_SEEDS = (0, 1)
+"""The seeds of the lr sweep, on which the CIFAR studies' lr 3e-3 and A1's frame lr 1.0 were chosen."""
 FIT_REGIME = "fitted, 50,000 images, 10 epochs, lr 3e-3, A1's frame lr 1.0"
 BRACKET = ("cifar/r2_fitted.json", "cifar/r3_bracket.json", "cifar/r3_bracket_a1.json")
 BRACKET_REGIME = "lr re-bracket at 50,000 images, 10 epochs, seeds 0-1, A1's frame lr 1.0"
@@ -106,7 +115,7 @@ LR_REGIME = "lr sweep, 15,000 images, 10 epochs, each arm at its best lr"
 SCL_REGIME = "fixed 2,000 steps"
 EPOCHS = ("cifar/r3_epochs.json", "cifar/r2_fitted.json")
 EPOCHS_REGIME = "fixed 10 epochs (steps grow with the images), lr 3e-3, A1's frame lr 1.0"
-ABL_REGIME = "ablation at frame lr 0.03 (frames barely move), 15,000 images, 10 epochs"
+ABL_REGIME = "ablation at frame lr 0.03, 15,000 images, 10 epochs"
 MECH_REGIME = "mechanism at frame lr 1.0, 15,000 images, 10 epochs"
 R1 = "first study, shared lr 1e-3, 6 epochs (underfit)"
 GROK_LONG = ("grokking/r2_long.json",)
@@ -126,10 +135,11 @@ def _mechanism(files: tuple[str, ...], regime: str, a5_files: tuple[str, ...]) -
                 ("stiefel_canonical", "A1 − canonical projector"),
                 ("stiefel_noproj", "A1 − no projection"),
                 ("stiefel_nocap", "A1 − no trust cap"))
-    out = tuple(Comparison(label, regime, files, b, "A1") for b, label in variants)
+    out = tuple(Comparison(label, regime, files, b, "A1", chosen_on=LR_SEEDS) for b, label in variants)
+    # A5's frame lr is picked on the very seeds it is compared on (the polar study has no others).
     return out + (Comparison("A1 − A5 (AdamW's step + polar projection, A5 at its best frame lr)", regime,
                              files + a5_files, "A5", "A1", at_best=("A5",), select_b=_sel(frame_lr=1.0)
-                             if "r3" in files[0] else ()),)
+                             if "r3" in files[0] else (), chosen_on=(0, 1, 2) if a5_files else LR_SEEDS),)
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -138,7 +148,7 @@ CLAIMS: tuple[Claim, ...] = (
           design="implemented as described, and tested step by step against a from-scratch version"),
     Claim("cifar_gain", "CIFAR-10: StiefelAdam (A1) beats AdamW (A0)", "+8.98 pp, 12 paired starts",
           "cifar", "size", what="A1 − A0", paper_value=8.98,
-          primaries=((Comparison("A1 − A0", FIT_REGIME, FIT, "A0", "A1"),),),
+          primaries=((Comparison("A1 − A0", FIT_REGIME, FIT, "A0", "A1", chosen_on=LR_SEEDS),),),
           secondary=(Comparison("A1 − A0", LR_REGIME, ("cifar/r2_lr.json",), "A0", "A1", at_best=("A0", "A1")),
                      Comparison("QK-norm − A0", LR_REGIME, ("cifar/r2_lr.json",), "A0", "qknorm",
                                 at_best=("A0", "qknorm")),
@@ -154,18 +164,20 @@ CLAIMS: tuple[Claim, ...] = (
                      Comparison("A1 − A0", ABL_REGIME, ("cifar/r2_ablation.json",), "A0", "A1"),
                      _r1("A1 − A0", "A0", "A1", 0.1), _r1("A1 − A0", "A0", "A1", 0.3),
                      Comparison("A1 − A0, 5,000 images", "first study, 30 epochs", ("cifar/cpu_long.json",), "A0", "A1")),
-          confirm=(8, 9, 10, 11), confirm_note="A0 and A1 on seeds 8-11 (12 paired starts, the paper's count)",
-          scale_note="patch 8 (16 tokens) and a small model; the paper's patch 4 and model not run"),
+          declared="ceb61dd", confirm_note="A0 and A1 on seeds 8-11 (12 paired starts, the paper's count)",
+          scale_note="patch 8 (16 tokens) and a small model; the paper's patch 4 and model not run",
+          short="CIFAR-10 gain, A1 − A0"),
     Claim("cifar_widens", "The gap to AdamW widens with more data", "widens", "cifar", "size",
           what="gap at 50,000 − at 5,000 images", paper_value=None,
           primaries=((Comparison("(A1 − A0) at 50,000 − at 5,000 images", SCL_REGIME + ", 5,000 vs 50,000 images",
                                  ("cifar/r2_scaling.json",), "A0", "A1",
-                                 of_gap=(_sel(train_fraction=0.1), _sel(train_fraction=1.0))),),),
+                                 of_gap=(_sel(train_fraction=0.1), _sel(train_fraction=1.0)), chosen_on=LR_SEEDS),),),
           secondary=tuple(Comparison(f"(A1 − A0) at 50,000 − at {round(50_000 * f):,} images", EPOCHS_REGIME, EPOCHS,
                                      "A0", "A1", of_gap=(_sel(train_fraction=f), _sel(train_fraction=1.0)))
                           for f in (0.1, 0.3)),
           scale_note="the primary holds the number of steps fixed; at a fixed number of epochs (secondary) the "
-                     "5,000- and 15,000-image runs were made on another CPU than the 50,000-image ones"),
+                     "5,000- and 15,000-image runs were made on another CPU than the 50,000-image ones",
+          short="gain at 50,000 − at 5,000 images"),
     Claim("grokking_endpoint", "Grokking: Stiefel attention ends higher than AdamW",
           "97.0% vs 61.1% at epoch 20,000 (one run)", "grokking", "size",
           what="", paper_value=97.0 - 61.1,
@@ -196,9 +208,9 @@ CLAIMS: tuple[Claim, ...] = (
                                 ("grokking/r2_short.json",), "adamw", "stiefel_learned",
                                 metric="metrics.final_val_acc"),
 ),
-          confirm=tuple(range(8)), confirm_note="the endpoint study's adamw and stiefel_learned on seeds 0-7, "
-                                               "every run started after its declaration",
-          scale_note="p = 59, not the paper's modulus"),
+          declared="4804197", confirm_note="the endpoint study: adamw and stiefel_learned on seeds 0-7",
+          scale_note="p = 59, not the paper's modulus",
+          short="grokking, final accuracy"),
     Claim("grokking_sooner", "Grokking: Stiefel attention groks sooner", "sooner", "grokking", "size",
           what="to 95%:",
           primaries=((Comparison("stiefel_learned − adamw, steps to 95% validation", GROK_REGIME, GROK_LONG, "adamw",
@@ -219,32 +231,42 @@ CLAIMS: tuple[Claim, ...] = (
                                 "1,800 steps", ("grokking/cpu.json",), "adamw", "frozen",
                                 metric="metrics.steps_to_val95", scale=1.0, unit="steps", higher_is_better=False,
                                 censored=True)),
-          confirm=(5, 6, 7), confirm_note="adamw and stiefel_learned on seeds 5-7",
-          scale_note="p = 59 and 8,000 steps"),
+          declared="10c5156", confirm_note="adamw and stiefel_learned on seeds 5-7",
+          scale_note="p = 59 and 8,000 steps",
+          short="grokking, steps to 95%"),
     Claim("weight_decay", "Weight decay does nothing to the frames", "no effect", "weight_decay", "design",
           anchor="", design="true by construction: the frame rule has no decay term",
           secondary=(_r1("A0' (no decay on Q/K) − A0", "A0", "A0'", 0.1), _r1("A0' (no decay on Q/K) − A0", "A0",
                                                                                 "A0'", 0.3))),
     Claim("step_ratio", "StiefelAdam's Q/K steps are smaller than AdamW's", "24-40x smaller", "cifar", "ratio",
           what="A0's step / A1's", paper_range=(24.0, 40.0),
-          primaries=((Comparison("A0's Q/K step / A1's", FIT_REGIME, FIT, "A0", "A1", metric="qk_step_mean",
-                                 ratio=True),),),
+          # The ratio is set by the two lrs (a frame step is about its lr): one primary at a shared lr,
+          # one at each arm's best lr, judged together (declared after both had been measured).
+          primaries=((Comparison("A0's Q/K step / A1's, both at lr 1e-3", "lr sweep, 15,000 images, 10 epochs, "
+                                 "shared lr 1e-3 (A1's frame lr 1e-3)", ("cifar/r2_lr.json",), "A0", "A1",
+                                 metric="qk_step_mean", ratio=True, select_a=_sel(lr=1e-3),
+                                 select_b=_sel(frame_lr=0.001)),
+                      Comparison("A0's Q/K step / A1's, each at its best lr", FIT_REGIME, FIT, "A0", "A1",
+                                 metric="qk_step_mean", ratio=True, chosen_on=LR_SEEDS)),),
           secondary=(Comparison("A0's Q/K step / A1's", LR_REGIME, ("cifar/r2_lr.json",), "A0", "A1",
                                 metric="qk_step_mean", ratio=True, at_best=("A0", "A1")),
                      *(Comparison(f"A0 at lr 1e-3 / A1 at frame lr {v:g}", "lr sweep, 15,000 images, 10 epochs",
                                   ("cifar/r2_lr.json",), "A0", "A1", metric="qk_step_mean", ratio=True,
                                   select_a=_sel(lr=1e-3), select_b=_sel(frame_lr=v))
-                       for v in (0.001, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)),
+                       for v in (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)),
                      _r1("A0's Q/K step / A1's", "A0", "A1", 0.3, metric="qk_step_mean", ratio=True)),
-          confirm=(8, 9, 10, 11), confirm_note="A0 and A1 on seeds 8-11",
-          scale_note="the ratio is set by the two learning rates (A1's frame lr against AdamW's lr)"),
+          declared="", confirm_note="none run yet: the family was declared after both regimes had been measured",
+          scale_note="a frame's step is about its lr, AdamW's about lr per entry: the ratio is set by the two "
+                     "learning rates",
+          short="Q/K step ratio"),
     Claim("freezing", "Freezing the frames at their start (A3) costs little", "0.28 pp", "cifar", "at_most",
           what="freezing costs", paper_value=0.28,
-          primaries=((Comparison("A1 − A3 (cost of freezing)", FIT_REGIME, FIT, "A3", "A1"),),),
+          primaries=((Comparison("A1 − A3 (cost of freezing)", FIT_REGIME, FIT, "A3", "A1", chosen_on=LR_SEEDS),),),
           secondary=(Comparison("A3 − A0", FIT_REGIME, FIT, "A0", "A3"),
                      _r1("A1 − A3", "A3", "A1", 0.1), _r1("A1 − A3", "A3", "A1", 0.3),
                      Comparison("A1 − A3, 5,000 images", "first study, 30 epochs", ("cifar/cpu_long.json",), "A3", "A1")),
-          confirm=(5, 6, 7), confirm_note="A3 and QK-norm on seeds 5-7 (8 paired seeds)"),
+          declared="ceb61dd", confirm_note="A3 and QK-norm on seeds 5-7 (8 paired seeds)",
+          short="cost of freezing, A1 − A3"),
     Claim("mechanism", "The gain comes from the scale-free step, not the projector or equivariance",
           "the scale-free step", "cifar", "ingredients", what="",
           primaries=(_mechanism(("cifar/r3_mechanism.json",), MECH_REGIME, ("cifar/r3_polar.json",)),
@@ -253,8 +275,9 @@ CLAIMS: tuple[Claim, ...] = (
                      _r1("A1 − A7", "A7", "A1", 0.3), _r1("A1 − A4 (AdamW with A1's small step)", "A4", "A1", 0.3),
                      _r1("A1 − A5", "A5", "A1", 0.3)),
           expect_zero=("A7", "stiefel_column", "stiefel_canonical", "stiefel_noproj", "stiefel_nocap"),
-          confirm=tuple(range(8)), confirm_note="every run of the mechanism study at frame lr 1.0 (run after "
-                                                "the declaration)"),
+          declared="ceb61dd", confirm_note="the mechanism study at frame lr 1.0, and A1 and the projector-free "
+                                           "rule on seeds 3-7",
+          short="mechanism"),
 )
 """The claims, in the order of the paper's abstract."""
 

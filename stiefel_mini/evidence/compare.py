@@ -96,13 +96,15 @@ def paired(a: Mapping[int, Any], b: Mapping[int, Any], value: Callable[[Any], fl
 def correct(rows: Iterable[dict], alpha: float = ALPHA) -> list[dict]:
     """Holm-correct one family of :func:`paired` rows, counting only the testable ones (Tarone).
 
-    Sets ``testable``, ``p_holm`` (``None`` where not testable) and ``resolved`` on every row, in
-    place, and returns the rows. See :func:`stiefel_mini.experiments.stats.holm_tarone`.
+    Sets ``testable``, ``p_holm`` (``None`` where not testable), ``resolved``, ``family`` (the
+    family's size) and ``n_testable`` (its rows that can reach ``alpha``, over which Holm corrects) on
+    every row, in place, and returns the rows. See :func:`stiefel_mini.experiments.stats.holm_tarone`.
     """
     rows = list(rows)
     res = holm_tarone([r["p"] for r in rows], [r["p_min"] for r in rows], alpha)
+    k = int(sum(bool(t) for t in res["testable"]))
     for r, t, p, rej in zip(rows, res["testable"], res["adjusted"], res["reject"]):
-        r.update(testable=bool(t), p_holm=p, resolved=bool(rej))
+        r.update(testable=bool(t), p_holm=p, resolved=bool(rej), family=len(rows), n_testable=k)
     return rows
 
 

@@ -21,15 +21,16 @@ Verdict words (:func:`verdicts`), from the primary:
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from stiefel_mini.evidence import compare, runs
+from stiefel_mini.evidence import compare, ledger, runs
 from stiefel_mini.evidence.claims import PAIRED_SETTINGS, CLAIMS, Claim, Comparison
-from stiefel_mini.experiments.stats import smallest_p
+from stiefel_mini.experiments.stats import holm_tarone, smallest_p
 
-__all__ = ["compute", "evaluate", "verdicts", "effect_text", "needed_text", "number_text", "sure_text", "as_data"]
+__all__ = ["compute", "confirming", "confirmation", "evaluate", "verdicts", "across_claims", "effect_text", "needed_text", "number_text", "sure_text", "as_data"]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -37,20 +38,29 @@ __all__ = ["compute", "evaluate", "verdicts", "effect_text", "needed_text", "num
 # ----------------------------------------------------------------------------------------------------
 
 
-def _pooled(files: tuple[str, ...], root: Path | None) -> tuple[list[dict], list[str]]:
-    """The runs of the files that exist, pooled, and the names of those files."""
+def _pooled(files: tuple[str, ...], root: Path | None, keep: Callable[[dict], bool] | None = None
+            ) -> tuple[list[dict], list[str]]:
+    """The runs of the files that exist, pooled, and the names of those files.
+
+    Each run gains ``_start`` (a lower bound on its start, :func:`ledger.run_start`) and ``_machine``
+    (:func:`ledger.run_machine`), read from its own file; ``keep`` drops the runs it rejects.
+    """
     out, present, first = [], [], None
+    times = ledger.commit_times(root)
     for name in files:
         res = runs.load(name, root)
         if res is None:
             continue
+        for r in res["runs"]:
+            r["_start"] = ledger.run_start(r, res, times)[0]
+            r["_machine"] = ledger.run_machine(r, res)
         settings = res.get("settings") or res.get("base_config") or {}
         if first is None:
             first = settings
         elif any(settings.get(k) != first.get(k) for k in PAIRED_SETTINGS):
             diff = [k for k in PAIRED_SETTINGS if settings.get(k) != first.get(k)]
             raise ValueError(f"{name} cannot be paired with {present[0]}: settings {diff} differ")
-        out += res["runs"]
+        out += [r for r in res["runs"] if keep is None or keep(r)]
         present.append(name)
     return out, present
 
@@ -71,13 +81,16 @@ def _side(pool: list[dict], comp: Comparison, arm: str, extra: tuple) -> dict[in
     return runs.by_seed(chosen, arm=arm)
 
 
-def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] | None = None) -> dict:
+def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] | None = None,
+            keep: Callable[[dict], bool] | None = None) -> dict:
     """The row of a declared comparison (:func:`stiefel_mini.evidence.compare.paired` or ``ratio``).
 
-    Adds ``files`` (those present) and ``declared`` (the label). ``seeds`` restricts the pairing to
-    those seeds (the confirmation of a primary).
+    Adds ``files`` (those present), ``two_machines`` (the paired seeds whose two runs name different
+    machines, :func:`ledger.run_machine`) and ``chosen_here`` (an arm's best lr was picked on the
+    seeds it is compared on). ``seeds`` restricts the pairing to those seeds; ``keep`` to the runs it
+    accepts (the confirmation of a primary: :func:`confirming`).
     """
-    pool, present = _pooled(comp.files, root)
+    pool, present = _pooled(comp.files, root, keep)
     if comp.seeds:
         pool = [r for r in pool if r["seed"] in comp.seeds]
     if comp.of_gap is None:
@@ -100,8 +113,17 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
     else:
         row = compare.paired(a, b, value, label=comp.label, regime=comp.regime, higher_is_better=comp.higher_is_better,
                              censored=comp.censored, test=comp.test, unit=comp.unit)
-    row.update(files=present, declared_files=list(comp.files), ratio=comp.ratio, arm=comp.b, baseline=comp.a)
+    two = [] if comp.of_gap is not None else sorted(
+        s for s in row["seeds"] if a[s]["_machine"] and b[s]["_machine"] and a[s]["_machine"] != b[s]["_machine"])
+    row.update(files=present, declared_files=list(comp.files), ratio=comp.ratio, arm=comp.b, baseline=comp.a,
+               two_machines=two, chosen_here=bool(comp.at_best))
     return row
+
+
+def confirming(comp: Comparison, declared: _dt.datetime) -> Callable[[dict], bool]:
+    """The runs that can confirm ``comp``: started after ``declared`` (a lower bound on the start,
+    :func:`ledger.run_start`) on a seed no choice was made on (``comp.chosen_on``)."""
+    return lambda r: r["_start"] is not None and r["_start"] > declared and r["seed"] not in comp.chosen_on
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -138,17 +160,26 @@ def effect_text(row: dict, what: str = "") -> str:
 def sure_text(row: dict, family: int) -> str:
     """How sure: the test, its n, its p and the corrected p (or why it cannot reach the level)."""
     if row.get("ratio"):
-        return f"95% t interval, {row['n']} seeds" if row["n"] >= 2 else f"{row['n']} seed(s)"
+        return (f"95% t interval, {row['n']} seeds" if row["n"] >= 2 else f"{row['n']} seed(s)") + _flags(row)
     if row["n"] == 0:
         return "no paired seed"
     test = "exact sign test" if row["test"] == "sign" else "exact signed-rank test"
     # A row shown on its own (family 1) is testable when its test can reach the level at its n.
     testable = row["testable"] or (family == 1 and row["p_min"] <= compare.ALPHA)
     if not testable:
-        return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.3g}: too few seeds for 0.05"
-    corr = "" if family == 1 else f", Holm over {family}"
+        return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.3g}: too few seeds for 0.05" + _flags(row)
+    k = row.get("n_testable", family)
+    corr = "" if family == 1 else (f", Holm over {family}" if k == family else
+                                   f", Holm over the {k} testable of {family} (Tarone)")
     return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.2g}{corr}" + (
-        f" → {row['p_holm']:.2g}" if family > 1 else "")
+        f" → {row['p_holm']:.2g}" if family > 1 else "") + _flags(row)
+
+
+def _flags(row: dict) -> str:
+    """What a row's reader must know of its runs: an lr picked on its own seeds, pairs across machines."""
+    out = "; the best lr picked on these same seeds" if row.get("chosen_here") else ""
+    two = row.get("two_machines") or []
+    return out + (f"; {len(two)} of {row['n']} pairs made on two machines" if two else "")
 
 
 def n_text(row: dict) -> str:
@@ -219,9 +250,27 @@ def _ratio_verdict(c: Claim, row: dict) -> tuple[str, str]:
     lo, hi = row["ci"]
     if lo >= lo_p and hi <= hi_p:
         return "reproduced", f"reproduced: {effect_text(row, c.what)}"
-    if hi < lo_p or lo > hi_p:
+    if hi < 1.0:  # the claimed larger side is the smaller one
         return "contradicted", f"contradicted: {effect_text(row, c.what)}, {want}"
+    if lo > hi_p:
+        return "larger effect", f"larger effect: {effect_text(row, c.what)}, {want}"
+    if lo > 1.0 and hi < lo_p:
+        return "smaller effect", f"smaller effect: {effect_text(row, c.what)}, {want}"
     return "not resolved", f"not resolved: {effect_text(row, c.what)} overlaps {lo_p:g}-{hi_p:g}x"
+
+
+def _ratio_family_verdict(c: Claim, rows: list[dict]) -> tuple[str, str]:
+    """A family of ratio primaries (one regime each): ``mixed`` when their verdicts differ."""
+    got = [_ratio_verdict(c, r) for r in rows]
+    tested = [(r, g) for r, g in zip(rows, got) if g[0] != "not tested yet"]
+    if len(rows) == 1 or not tested:
+        return got[0]
+    rows, got = [r for r, _ in tested], [g for _, g in tested]
+    states = {g[0] for g in got}
+    text = "; ".join(f"{r['label'].split(', ', 1)[-1]}: {g[1]}" for r, g in zip(rows, got))
+    if len(states) == 1:
+        return got[0][0], text
+    return "mixed", f"mixed: {text}"
 
 
 def _ingredients_verdict(c: Claim, rows: list[dict]) -> tuple[str, str]:
@@ -276,14 +325,10 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
     out["declared"] = "; ".join(f"{comp.label} ({comp.regime}, {', '.join(comp.files)}, "
                                 f"{'ratio' if comp.ratio else comp.test + ' test'})" for comp in family)
     if c.kind == "design":
-        out.update(status="by construction", verdict=c.design, sure="by construction")
+        out.update(status="by construction", verdict=c.design, sure="by construction",
+                   confirmation=confirmation(c, family, "by construction", root))
         return out
-    if c.kind == "ratio":
-        status, verdict = _ratio_verdict(c, prim[0])
-    elif c.kind == "ingredients":
-        status, verdict = _ingredients_verdict(c, prim)
-    else:
-        status, verdict = _size_verdict(c, prim[0])
+    status, verdict = _family_status(c, prim)
     if c.kind == "ingredients":
         n = max((r["n"] for r in prim), default=0)
         k = sum(r["testable"] for r in prim)
@@ -292,14 +337,91 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
     else:
         out["sure"] = sure_text(prim[0], 1)
     if not declared_first:
-        out["sure"] += f"; the declared study ({c.primaries[0][0].regime.split(',')[0]}) not run yet"
+        out["sure"] += f"; the declared primary ({c.primaries[0][0].regime}) has no run yet"
     out.update(status=status, verdict=verdict)
-    if c.confirm and declared_first:
-        conf = [compute(comp, root, seeds=c.confirm) for comp in family]
-        present = sorted({s for r in conf for s in r["seeds"]})
-        out["confirmation"] = {"seeds": list(c.confirm), "present": present, "note": c.confirm_note,
-                               "rows": conf}
+    out["confirmation"] = confirmation(c, family, status, root)
     return out
+
+
+def _family_status(c: Claim, rows: list[dict]) -> tuple[str, str]:
+    if c.kind == "ratio":
+        return _ratio_family_verdict(c, rows)
+    if c.kind == "ingredients":
+        return _ingredients_verdict(c, rows)
+    return _size_verdict(c, rows[0])
+
+
+def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Path | None = None) -> dict:
+    """The confirmation of ``c``'s primary ``family`` on the runs that can confirm it, alone.
+
+    Those runs (:func:`confirming`) started after the declaring commit ``c.declared`` (its time from
+    the ledger) on seeds no choice was made on. The family is computed on them only and judged like
+    the primary; the claim is ``"confirmed"`` only when that gives the primary's verdict ``status``
+    and resolves, ``"not confirmed"`` when it resolves otherwise, ``"pending"`` when it does not
+    resolve (``text`` says what n it would need) or no such run exists. Returns ``{"status",
+    "text", "commit", "time", "note", "rows", "seeds", "two_machines"}``.
+    """
+    rows_all = [compute(comp, root) for comp in family]
+    k = sum(len(r.get("two_machines", [])) for r in rows_all)
+    n = sum(r["n"] for r in rows_all)
+    two = f"{k} of {n} pairs made on two machines" if k else ""
+    out: dict[str, Any] = {"note": c.confirm_note, "commit": c.declared or None, "time": None, "rows": [],
+                           "seeds": [], "two_machines": two}
+    when = ledger.commit_time(c.declared, ledger.commit_times(root)) if c.declared else None
+    if c.kind == "design" or not family:
+        out.update(status="by construction", text="")
+        return out
+    if when is None:
+        out.update(status="pending", text="declared after its data had been seen; no run has been made since: "
+                                          "confirmation pending")
+        return out
+    out["time"] = when.isoformat()
+    rows = [compute(comp, root, keep=confirming(comp, when)) for comp in family]
+    compare.correct([r for r in rows if not r["ratio"]])
+    out["rows"] = rows
+    out["seeds"] = sorted({s for r in rows for s in r["seeds"]})
+    day = f"declared at {c.declared} ({when:%Y-%m-%d %H:%M} UTC)"
+    if not any(r["n"] for r in rows):
+        out.update(status="pending", text=f"{day}; no run started since on a seed never used for a choice: "
+                                          "confirmation pending")
+        return out
+    fresh, words = _family_status(c, rows)
+    best = max(rows, key=lambda r: r["n"])
+    runs_text = f"{best['n']} fresh paired seed{'' if best['n'] == 1 else 's'} ({', '.join(map(str, best['seeds']))})"
+    if fresh == status and fresh not in ("not resolved", "not tested yet"):
+        out.update(status="confirmed", text=f"{day}; confirmed on {runs_text} alone: {words}")
+    elif fresh in ("not resolved", "not tested yet"):
+        out.update(status="pending", text=f"{day}; on {runs_text} alone: {words}: confirmation pending"
+                                          + ("" if "would resolve" in words or best["ratio"] else needed_text(best)))
+    else:
+        out.update(status="not confirmed", text=f"{day}; on {runs_text} alone: {words}, not the primary's verdict")
+    return out
+
+
+def across_claims(vs: list[dict], alpha: float = compare.ALPHA) -> dict:
+    """Holm's correction across the claims: each claim's primary p (a family's smallest Holm p),
+    over the claims whose primary can reach ``alpha`` (Tarone); ratio and design claims have no test.
+
+    Returns ``{"claims": [{"key", "p", "p_holm", "resolved"}], "family", "n_testable", "text"}``.
+    """
+    items = []
+    for v in vs:
+        rows = [r for r in v["primary"] if not r.get("ratio") and r["n"]]
+        if not rows or v["status"] == "by construction":
+            continue
+        best = min(rows, key=lambda r: r["p_holm"] if r.get("p_holm") is not None else r["p"])
+        p = best["p_holm"] if best.get("p_holm") is not None else best["p"]
+        items.append({"key": v["key"], "claim": v["claim"], "p": p, "p_min": best["p_min"]})
+    res = holm_tarone([i["p"] for i in items], [i["p_min"] for i in items], alpha)
+    for i, t, adj, rej in zip(items, res["testable"], res["adjusted"], res["reject"]):
+        i.update(testable=bool(t), p_holm=adj, resolved=bool(rej))
+    k = sum(i["testable"] for i in items)
+    held = [i for i in items if i["resolved"]]
+    text = (f"Across the {len(items)} claims with a tested primary, Holm's correction over the {k} whose primary "
+            f"can reach p = {alpha:g}: " + ("; ".join(f"{i['claim']}: p = {i['p']:.2g} → {i['p_holm']:.2g}"
+                                                      for i in items if i["testable"]) or "none")
+            + f". {len(held)} stay resolved at {alpha:g}.")
+    return {"claims": items, "family": len(items), "n_testable": k, "text": text}
 
 
 def verdicts(root: str | Path | None = None) -> list[dict]:

@@ -1,5 +1,6 @@
-"""The verdicts as a reader sees them: the intro's table fits one screen, its details start closed,
-and each chapter's box shows the words and numbers of the intro's row for the same claim.
+"""The verdicts as a reader sees them: the intro's table lies in the first screen, the forest figure
+below it, its details start closed, and each chapter's box shows the verdict word of the intro's row
+for the same claim.
 
 Run after ``bash scripts/build_book.sh``: ``pytest tests/browser -m browser``.
 """
@@ -10,23 +11,26 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-SCREEN = 1200  # px: the table and the arm codes above it, at 1280 px wide
+FIRST_SCREEN = 900  # px from the top of the intro at 1280 px wide: the whole verdict table lies above it
 
 ROWS_JS = r"""() => Object.fromEntries(Array.from(document.querySelectorAll('tr[data-claim]')).map(tr =>
-    [tr.dataset.claim, [tr.querySelector("td[data-label='this book']").innerText.trim(),
-                        tr.querySelector("td[data-label='how sure']").innerText.trim()]]))"""
+    [tr.dataset.claim, tr.querySelector('.verdict-word').dataset.status]))"""
 BOX_JS = r"""() => Object.fromEntries(Array.from(document.querySelectorAll('.verdict-box li[data-claim]')).map(li =>
-    [li.dataset.claim, [li.querySelector('.verdict-words').innerText.trim(),
-                        li.querySelector('.verdict-sure').innerText.trim()]]))"""
+    [li.dataset.claim, li.querySelector('.verdict-word').dataset.status]))"""
 
 
-def test_intro_table_fits_one_screen_and_details_start_closed(visit):
+def test_intro_table_lies_in_the_first_screen_above_the_forest_and_details_start_closed(visit):
     v = visit("book/intro.html", 1280)
-    height = v.page.evaluate("""() => {
+    box = v.page.evaluate("""() => {
         const t = document.querySelector('table.verdict-table').getBoundingClientRect();
-        const c = document.querySelector('p.verdict-codes').getBoundingClientRect();
-        return Math.max(t.bottom, c.bottom) - Math.min(t.top, c.top); }""")
-    assert height <= SCREEN, f"the intro's verdict table is {height:.0f} px tall at 1280 px (at most {SCREEN})"
+        return [t.top + window.scrollY, t.bottom + window.scrollY]; }""")
+    assert 0 < box[0] < box[1] <= FIRST_SCREEN, f"the verdict table spans y = {box[0]:.0f}-{box[1]:.0f} px at 1280 px"
+    n_rows = v.page.evaluate("() => document.querySelectorAll('table.verdict-table tr[data-claim]').length")
+    words = v.page.evaluate("() => document.querySelectorAll('table.verdict-table .verdict-word').length")
+    assert n_rows >= 7 and words == n_rows
+    forest = v.page.evaluate("""() => Array.from(document.querySelectorAll('.cell_output img, .cell_output svg'))
+        .map(e => e.getBoundingClientRect().top + window.scrollY)""")
+    assert any(y > box[1] for y in forest), "no figure (the forest plot) below the verdict table"
     closed = v.page.evaluate("""() => Array.from(document.querySelectorAll('details'))
         .filter(d => d.querySelector('table.evidence-table')).map(d => d.open)""")
     assert closed and not any(closed), f"the block of declared comparisons should start closed: {closed}"

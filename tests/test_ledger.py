@@ -1,0 +1,119 @@
+"""Tests of the confirmation ledger: run starts and machines from what a file records, the runs that
+can confirm a primary, and the committed ledger against git."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stiefel_mini import evidence
+from stiefel_mini.evidence import ledger
+from tests.test_evidence import SETTINGS, cifar_run, write
+
+ROOT = Path(__file__).resolve().parents[1]
+DECLARED = "ceb61dd"  # cifar_gain's declaring commit
+T0 = "2026-12-01T22:25:39+00:00"
+
+
+def utc(t: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(t)
+
+
+def write_ledger(root: Path, commits: dict[str, str]) -> None:
+    (root / "results").mkdir(parents=True, exist_ok=True)
+    (root / "results" / ledger.LEDGER).write_text(json.dumps({"commits": commits}))
+
+
+def test_run_start_is_a_lower_bound_from_what_the_file_records():
+    times = {"aaaa111": "2026-12-01T10:00:00+00:00", "bbbb222": "2026-12-01T12:00:00+00:00"}
+    payload = {"provenance": {"git_commit": "bbbb222", "timestamp_utc": "2026-12-01T13:00:00+00:00",
+                              "command": "/usr/bin/python3 -m x"},
+               "provenance_previous": [{"git_commit": "aaaa111", "timestamp_utc": "2026-12-01T09:00:00+00:00",
+                                        "command": "/opt/py -m x"}]}
+    assert ledger.run_start({"started_utc": "2026-12-02T01:02:03+00:00"}, payload, times) == (
+        utc("2026-12-02T01:02:03+00:00"), "recorded")
+    # the sweep at the run's commit started at 13:00, after the commit (12:00)
+    assert ledger.run_start({"git_commit": "bbbb222"}, payload, times) == (utc("2026-12-01T13:00:00+00:00"), "sweep")
+    # a sweep timestamp before its commit cannot be a start: the commit time bounds it
+    assert ledger.run_start({"git_commit": "aaaa111"}, payload, times) == (utc("2026-12-01T10:00:00+00:00"), "sweep")
+    assert ledger.run_start({"git_commit": "cccc333"}, payload, times) == (None, "unknown")
+    assert ledger.run_machine({"git_commit": "aaaa111"}, payload) == "interpreter /opt/py"
+    assert ledger.run_machine({"cpu": {"model": "X", "capability": "AVX2"}}, payload) == "X (AVX2)"
+
+
+def _fitted(root: Path, starts: dict[int, str], gain: float = 2.5) -> None:
+    runs = []
+    for s, t in starts.items():
+        a0 = 0.6 + 0.001 * s
+        runs += [{**cifar_run("A0", s, a0), "started_utc": t},
+                 {**cifar_run("A1", s, a0 + gain / 100, frame_lr=1.0), "started_utc": t}]
+    write(root, "cifar/r2_fitted.json", runs, SETTINGS)
+
+
+def test_only_runs_after_the_declaration_on_unchosen_seeds_confirm(tmp_path):
+    write_ledger(tmp_path, {"ceb61dd" + "0" * 33: T0})
+    before, after = "2026-12-01T20:00:00+00:00", "2026-12-02T02:00:00+00:00"
+    # seeds 0-1 (the lr was chosen on them) run after the declaration, 2-4 before, 5-9 after: 5 fresh seeds
+    _fitted(tmp_path, {0: after, 1: after, 2: before, 3: before, 4: before,
+                       **{s: after for s in range(5, 10)}})
+    conf = {v["key"]: v for v in evidence.verdicts(tmp_path)}["cifar_gain"]["confirmation"]
+    assert conf["commit"] == DECLARED and conf["time"] == T0
+    assert conf["seeds"] == [5, 6, 7, 8, 9] and conf["rows"][0]["n"] == 5
+    # 5 of 5 cannot reach 0.05: pending, with the n it would need
+    assert conf["status"] == "pending" and "about 6 untied paired seeds" in conf["text"]
+    _fitted(tmp_path, {**{s: before for s in range(5)}, **{s: after for s in range(5, 11)}})
+    conf = {v["key"]: v for v in evidence.verdicts(tmp_path)}["cifar_gain"]["confirmation"]
+    assert conf["seeds"] == list(range(5, 11)) and conf["status"] == "confirmed"
+    assert conf["text"].startswith(f"declared at {DECLARED} (2026-12-01 22:25 UTC); confirmed on 6 fresh")
+    # a fresh result against the primary's verdict is not a confirmation
+    runs = json.loads((tmp_path / "results/cifar/r2_fitted.json").read_text())["runs"]
+    for r in runs:
+        if r["arm"] == "A1" and r["seed"] >= 5:
+            r["test_acc"] -= 0.05
+    write(tmp_path, "cifar/r2_fitted.json", runs, SETTINGS)
+    conf = {v["key"]: v for v in evidence.verdicts(tmp_path)}["cifar_gain"]["confirmation"]
+    assert conf["status"] == "not confirmed"
+
+
+def test_pairs_on_two_machines_are_counted(tmp_path):
+    write_ledger(tmp_path, {})
+    runs = []
+    for s in range(3):
+        runs += [{**cifar_run("A0", s, 0.6), "cpu": {"model": "M1", "capability": "AVX2"}},
+                 {**cifar_run("A1", s, 0.62, frame_lr=1.0), "cpu": {"model": "M1" if s else "M2",
+                                                                    "capability": "AVX2"}}]
+    write(tmp_path, "cifar/r2_fitted.json", runs, SETTINGS)
+    v = {v["key"]: v for v in evidence.verdicts(tmp_path)}["cifar_gain"]
+    assert v["primary"][0]["two_machines"] == [0] and "1 of 3 pairs made on two machines" in v["sure"]
+
+
+def test_the_committed_ledger_has_every_commit_and_agrees_with_git():
+    times = ledger.commit_times()
+    named = set(ledger._named_commits(ROOT / "results"))
+    declared = {c.declared for c in evidence.CLAIMS if c.declared}
+    missing = [c for c in named | declared if ledger.commit_time(c, times) is None]
+    assert not missing, f"results/ledger.json lacks {missing}: run python -m stiefel_mini.evidence --write-ledger"
+    try:
+        log = subprocess.run(["git", "show", "-s", "--format=%H %cI", *sorted(times)], cwd=ROOT, capture_output=True,
+                             text=True, check=True, timeout=30).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no git history here (a tarball): the ledger is what the book reads")
+    assert dict(zip(log[::2], log[1::2])) == times
+
+
+def test_each_declaring_commit_holds_its_claim():
+    """At its declaring commit, claims.py already names the claim and its first primary's file."""
+    try:
+        subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, check=True, timeout=10)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no git history here (a tarball)")
+    for c in evidence.CLAIMS:
+        if not c.declared:
+            continue
+        src = subprocess.run(["git", "show", f"{c.declared}:stiefel_mini/evidence/claims.py"], cwd=ROOT,
+                             capture_output=True, text=True, check=True, timeout=10).stdout
+        assert f'"{c.key}"' in src and c.primaries[0][0].files[0] in src, c.key
