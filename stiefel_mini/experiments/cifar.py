@@ -36,7 +36,7 @@ from stiefel_mini.experiments.cifar_results import groups, load_studies, run_key
 from stiefel_mini.experiments.cifar_run import (attention_stats, build_model, evaluate, fixed_subset, lr_factor,
                                                 qk_vector, resolve_device, run, stream, train_indices, train_step)
 from stiefel_mini.experiments.config import replace
-from stiefel_mini.experiments.records import provenance, save_results
+from stiefel_mini.experiments.records import provenance, save_results, utc_now
 from stiefel_mini.experiments.runner import changed_fields, cli, parse_cli, resume, run_grid, stamp
 from stiefel_mini.experiments.runtime import set_threads
 
@@ -103,7 +103,8 @@ def sweep(cfg: CifarSweep, data: cifar_data.Cifar10 | None = None) -> dict:
         return (float(fraction), int(seed), arm_spec(arm).label, lr, frame_lr) in done
 
     def run_point(point) -> None:
-        h = stamp(run(point_cfg(point), data), prov)
+        started = utc_now()
+        h = stamp(run(point_cfg(point), data), prov, started)
         runs.append(h)
         done.add(run_key(h))
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from stiefel_mini.experiments.config import ConfigError, cli, parse_cli, parse_config, split_argv
-from stiefel_mini.experiments.records import load_results
+from stiefel_mini.experiments.records import cpu_description, load_results
 from stiefel_mini.experiments.runtime import progress
 
 __all__ = ["changed_fields", "resume", "stamp", "run_grid", "parse_cli", "parse_sweep_cli", "cli"]
@@ -47,9 +47,13 @@ def resume(path: str | Path | None, key: str, settings: Mapping[str, Any]) -> di
     return old
 
 
-def stamp(record: dict, provenance: Mapping[str, Any]) -> dict:
-    """``record`` with the commit it ran at (``git_commit``, ``git_dirty`` of ``provenance``)."""
+def stamp(record: dict, provenance: Mapping[str, Any], started: str | None = None) -> dict:
+    """``record`` with the commit it ran at (``git_commit``, ``git_dirty`` of ``provenance``), when it
+    started (``started_utc``, if given) and the CPU it ran on (``cpu``: :func:`records.cpu_description`)."""
     record["git_commit"], record["git_dirty"] = provenance["git_commit"], provenance["git_dirty"]
+    if started is not None:
+        record["started_utc"] = started
+    record["cpu"] = cpu_description()
     return record
 
 

@@ -78,6 +78,8 @@ def test_lr_sweep_resumes_and_compares_arms_at_their_best(tiny_root, tmp_path):
     assert {(r["arm"], r["lr"], r["frame_lr"]) for r in payload["runs"]} == {
         ("A0", 1e-3, None), ("A0", 3e-3, None), ("A1", cfg.run.optimizer.lr, 1e-2), ("A1", cfg.run.optimizer.lr, 0.3)}
     assert all(r["git_commit"] == payload["provenance"]["git_commit"] and "git_dirty" in r for r in payload["runs"])
+    assert all(r["started_utc"] >= payload["provenance"]["timestamp_utc"] and r["cpu"] == payload["provenance"]["cpu"]
+               for r in payload["runs"])
     curves = {c["arm"]: c for c in evidence_runs.lr_curves(payload["runs"])}
     assert curves["A1"]["swept"] == "frame_lr" and [p["value"] for p in curves["A1"]["points"]] == [1e-2, 0.3]
     assert curves["A0"]["best"] in (1e-3, 3e-3) and curves["A0"]["points"][0]["n"] == 2

@@ -1,0 +1,78 @@
+"""Counterfactual copies of ``results/`` for the drift test: the same files with two arms' outcomes
+exchanged, so that every verdict and every computed sentence about them must change direction.
+
+:func:`swap_outcomes` copies every results file and, in the named experiments' files, exchanges what
+two arms measured (accuracies, losses, steps, histories, metrics) between runs that are paired by seed
+(and train fraction, weight decay); what identifies a run (arm, seed, its lrs and sizes, commit, start)
+stays, so every selection of the evidence layer still finds its runs. ``seeds`` limits the exchange to
+some seeds: exchanging half of them leaves the mean difference near zero and resolves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Iterable, Mapping
+
+# What identifies a run rather than what it measured.
+IDENTITY = {"arm", "arm_name", "seed", "train_fraction", "n_train", "n_test", "steps_total", "lr", "frame_lr",
+            "weight_decay", "git_commit", "git_dirty", "started_utc", "cpu", "copied_from"}
+
+PAIRS = {"cifar": ("A0", "A1"), "grokking": ("adamw", "stiefel_learned")}
+"""The arms exchanged in each experiment's files by default."""
+
+
+def _group(run: dict) -> tuple:
+    return (run["seed"], run.get("train_fraction"), run.get("weight_decay"))
+
+
+def _swept(run: dict) -> tuple:
+    return (run.get("lr") or 0.0, run.get("frame_lr") or 0.0)
+
+
+def swap_payload(payload: dict, a: str, b: str, seeds: Iterable[int] | None = None) -> int:
+    """Exchange, in place, the measured fields of ``a``'s and ``b``'s runs paired by seed (and train
+    fraction, weight decay); within a pair of lr sweeps, runs are matched in order of their lrs.
+    Returns the number of pairs exchanged."""
+    keep = None if seeds is None else set(seeds)
+    groups: dict[tuple, dict[str, list]] = {}
+    for r in payload.get("runs", []):
+        if r.get("arm") in (a, b) and (keep is None or r["seed"] in keep):
+            groups.setdefault(_group(r), {a: [], b: []})[r["arm"]].append(r)
+    n = 0
+    for arms in groups.values():
+        for ra, rb in zip(sorted(arms[a], key=_swept), sorted(arms[b], key=_swept)):
+            ma = {k: v for k, v in ra.items() if k not in IDENTITY}
+            mb = {k: v for k, v in rb.items() if k not in IDENTITY}
+            for k in ma:
+                ra.pop(k)
+            for k in mb:
+                rb.pop(k)
+            ra.update(mb)
+            rb.update(ma)
+            n += 1
+    return n
+
+
+def swap_outcomes(src: Path, dst: Path, pairs: Mapping[str, tuple[str, str]] = PAIRS,
+                  seeds: Iterable[int] | None = None) -> dict[str, int]:
+    """Copy the results folder ``src`` to ``dst`` with the outcomes of each experiment's arm pair
+    exchanged (:func:`swap_payload`); returns ``{file: pairs exchanged}`` for the files it changed."""
+    shutil.copytree(src, dst)
+    from stiefel_mini.experiments.records import load_results, save_results
+
+    changed = {}
+    seeds = None if seeds is None else list(seeds)
+    for experiment, (a, b) in pairs.items():
+        for path in sorted((dst / experiment).glob("*.json")):
+            payload = load_results(path)
+            n = swap_payload(payload, a, b, seeds)
+            if n:
+                save_results(path, payload)
+                changed[f"{experiment}/{path.name}"] = n
+    return changed
+
+
+def read(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,170 @@
+"""The book's results prose against counterfactual results: the chapters that state results are
+executed on the committed files and on copies with two arms' outcomes exchanged
+(:mod:`tests.counterfactual`), and every verdict box and every computed sentence that states a
+direction or a status must change with them.
+
+Two counterfactuals: **swapped** (every seed: each difference changes sign, so the direction words
+of every sentence that has any must change) and **mixed** (odd seeds only: the differences scatter
+around zero and the resolved verdicts fall to "not resolved", so a sentence that states a status
+cannot stay word for word the same). A sentence
+written into the code as a fixed string, or whose words do not follow the data, stays the same and
+fails here. The markdown cells are checked for result vocabulary (:data:`RESULT_WORDS`): results
+belong in computed output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from bs4 import BeautifulSoup
+
+from stiefel_mini.evidence import CLAIMS
+from stiefel_mini.resources import CHECKOUT_RESULTS, RESULTS_ENV
+from tests.counterfactual import PAIRS, swap_outcomes
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+CHAPTERS = ("intro", "grokking", "cifar")
+
+DIRECTION = re.compile(r"\b(higher|lower|sooner|later|earlier|faster|slower|more|fewer|less|larger|smaller|better|"
+                       r"worse|beats?|trails?|leads?|lags?|ahead|behind|gains?|loses?|above|below|against|"
+                       r"towards?|exceeds?|wins?|losses|helps?|hurts?|narrows?|widens?|up|down)\b", re.I)
+STATUS = re.compile(r"\b(resolved|resolves?|resolving|leans?|confirm(?:ed|s)?|contradict(?:ed|s)?|needs?|held|holds|"
+                    r"reproduced?|decides?|settles?)\b", re.I)
+RESULT_WORDS = re.compile(r"(\d+\s*/\s*\d+\s+wins|\bp\s*=\s*0?\.\d|\b\d+ of \d+ (?:paired )?seeds\b|"
+                          r"\[[+-−]?\d[\d.,]*\s*,\s*[+-−]?\d)")
+"""Markdown that reports this book's numbers: wins, p-values, seed counts, intervals."""
+
+SENTENCE = re.compile(r"(?<=[.;:!?])\s+(?=[A-Z(])")
+
+
+def _texts(cell: dict) -> list[str]:
+    """A code cell's visible output as text: HTML without tags, markdown, printed text."""
+    out = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            out.append(o.get("text", ""))
+            continue
+        data = o.get("data", {})
+        if "text/html" in data:
+            out.append(BeautifulSoup(data["text/html"], "html.parser").get_text(" "))
+        elif "text/markdown" in data:
+            out.append(data["text/markdown"])
+        elif "text/plain" in data and "image/svg+xml" not in data and "image/png" not in data:
+            out.append(data["text/plain"])
+    return out
+
+
+def _boxes(cell: dict) -> dict[str, str]:
+    """``{claim key: status}`` of the verdict boxes and tables a cell shows."""
+    out = {}
+    for o in cell.get("outputs", []):
+        html = o.get("data", {}).get("text/html")
+        if not html:
+            continue
+        for el in BeautifulSoup(html, "html.parser").select("[data-claim]"):
+            word = el.select_one(".verdict-word")
+            if word is not None:
+                out[el["data-claim"]] = word["data-status"]
+    return out
+
+
+def execute(chapter: str, results: Path | None) -> nbformat.NotebookNode:
+    """Run ``book/<chapter>.ipynb`` (working directory ``book/``) with ``results`` as the results folder."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(BOOK / f"{chapter}.ipynb", 4)
+    old = os.environ.get(RESULTS_ENV)
+    if results is not None:
+        os.environ[RESULTS_ENV] = str(results)
+    try:
+        NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(BOOK)}}).execute()
+    finally:
+        if results is not None:
+            if old is None:
+                os.environ.pop(RESULTS_ENV, None)
+            else:
+                os.environ[RESULTS_ENV] = old
+    return nb
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Each results chapter executed on the committed files and on the two counterfactuals."""
+    base = tmp_path_factory.mktemp("counterfactual")
+    swapped, mixed = base / "swapped", base / "mixed"
+    assert swap_outcomes(CHECKOUT_RESULTS, swapped), "nothing was exchanged: the arm pairs are missing"
+    swap_outcomes(CHECKOUT_RESULTS, mixed, seeds=range(1, 100, 2))
+    return {ch: {"real": execute(ch, None), "swapped": execute(ch, swapped), "mixed": execute(ch, mixed)}
+            for ch in CHAPTERS}
+
+
+def _flipping_claims() -> set[str]:
+    """Claims whose primary compares an exchanged pair: their verdicts must follow the exchange."""
+    pairs = {frozenset(p) for p in PAIRS.values()}
+    return {c.key for c in CLAIMS for fam in c.primaries[:1] for comp in fam if frozenset((comp.a, comp.b)) in pairs}
+
+
+def _words(text: str, rx: re.Pattern) -> list[str]:
+    return sorted(m.group(0).lower() for m in rx.finditer(text))
+
+
+def _sentences(nb) -> list[tuple[int, int, str]]:
+    out = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for j, s in enumerate(s for t in _texts(cell) for s in SENTENCE.split(" ".join(t.split()))):
+            out.append((i, j, s))
+    return out
+
+
+def _unchanged(real, other, rx: re.Pattern, whole: bool = False) -> list[str]:
+    """Sentences of ``real`` with words of ``rx`` whose counterpart in ``other`` (same cell, same
+    place) has the same such words (``whole``: is the same sentence)."""
+    theirs = {(i, j): s for i, j, s in _sentences(other)}
+    stuck = []
+    for i, j, s in _sentences(real):
+        mine = _words(s, rx)
+        if not mine or (i, j) not in theirs:
+            continue
+        if (theirs[(i, j)] == s) if whole else (_words(theirs[(i, j)], rx) == mine):
+            stuck.append(f"cell {i}: {s[:240]}")
+    return stuck
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_verdicts_follow_the_exchanged_outcomes(runs, chapter):
+    real, swapped = ({k: v for c in runs[chapter][w].cells if c.cell_type == "code" for k, v in _boxes(c).items()}
+                     for w in ("real", "swapped"))
+    must = _flipping_claims() & set(real)
+    assert must or chapter == "intro", f"{chapter}: no verdict about an exchanged pair"
+    same = [k for k in must if real[k] == swapped[k] and real[k] not in ("not tested yet",)]
+    assert not same, f"{chapter}: verdicts that did not change when the outcomes were exchanged: " + ", ".join(
+        f"{k} ({real[k]})" for k in same)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_computed_sentences_change_their_direction_and_status_words(runs, chapter):
+    r = runs[chapter]
+    stuck = _unchanged(r["real"], r["swapped"], DIRECTION)
+    assert not stuck, (f"{chapter}: sentences whose direction words stay the same when the outcomes are exchanged "
+                       "(write them from the data, or drop them):\n" + "\n".join(stuck))
+    stuck = _unchanged(r["real"], r["mixed"], STATUS, whole=True)
+    assert not stuck, (f"{chapter}: sentences stating a status that stay word for word the same when half the seeds "
+                       "are exchanged and the verdicts fall to 'not resolved':\n" + "\n".join(stuck))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS + ("weight_decay",))
+def test_markdown_states_no_result_of_this_book(chapter):
+    nb = nbformat.read(BOOK / f"{chapter}.ipynb", 4)
+    bad = [f"cell {i}: …{c.source[max(m.start() - 60, 0):m.end() + 60]}…" for i, c in enumerate(nb.cells)
+           if c.cell_type == "markdown" and not c.source.lstrip().startswith(":::{admonition} Solution")
+           for m in RESULT_WORDS.finditer(c.source)]
+    assert not bad, f"{chapter}: markdown that reports results (compute them in a cell):\n" + "\n".join(bad)
