@@ -350,3 +350,17 @@ def test_presentation_imports_no_experiment_runner():
             "print(sorted(m for m in sys.modules if m.startswith('stiefel_mini.experiments.')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert not any(f"stiefel_mini.experiments.{name}'" in loaded for name in RUNNERS), loaded
+
+
+def test_holm_across_the_claims_counts_only_the_testable_primaries():
+    def v(key, p, p_min, n=8, status="contradicted"):
+        return {"key": key, "claim": key, "status": status,
+                "primary": [{"ratio": False, "n": n, "p": p, "p_min": p_min, "p_holm": p}]}
+    vs = [v("a", 0.004, 2 ** -11), v("b", 0.03, 2 ** -7), v("c", 0.25, 0.25, n=3, status="not resolved"),
+          {"key": "d", "claim": "d", "status": "by construction", "primary": []}]
+    out = evidence.across_claims(vs)
+    assert out["family"] == 3 and out["n_testable"] == 2  # c cannot reach 0.05, d has no test
+    a, b, c = out["claims"]
+    assert a["p_holm"] == pytest.approx(0.008) and b["p_holm"] == pytest.approx(0.03)  # Holm over 2: 2p, then p
+    assert a["resolved"] and b["resolved"] and not c["testable"]
+    assert "over the 2 whose primary can reach p = 0.05" in out["text"] and out["text"].endswith("2 stay resolved at 0.05.")

@@ -47,3 +47,20 @@ def test_step_pipeline_has_the_five_stages_in_order_and_the_geometric_ones_fille
     arrows = [p for p in fig.axes[0].patches if not isinstance(p, FancyBboxPatch)]
     assert len(arrows) == 7  # the six stages chained, and the transport feeding the next moments
     plt.close(fig)
+
+
+def test_forest_has_a_panel_per_unit_and_a_row_per_primary():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from stiefel_mini import evidence, plots
+
+    vs = evidence.verdicts()
+    fig = plots.forest(vs)
+    units = {("x" if r.get("ratio") else r["unit"]) for v in vs for r in v["primary"]
+             if r["n"] and (r.get("ratio") or r["mean"] is not None)}
+    assert len(fig.axes) == len(units)
+    rows = sum(1 for v in vs for r in v["primary"] if r["n"] and (r.get("ratio") or r["mean"] is not None))
+    assert sum(len(ax.get_yticks()) for ax in fig.axes) == rows
+    # legible at 400 px: the font, scaled from the figure's width to 400 px, stays >= 9 px
+    assert plots.FOREST_FONT_PT * 96 / 72 * 400 / (fig.get_figwidth() * 96) >= 9.0

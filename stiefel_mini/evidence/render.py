@@ -156,7 +156,8 @@ def details_html(vs: list[dict], open_: bool = False) -> str:
     for v in vs:
         if not v["primary"] and not v["secondary"]:
             continue
-        out.append(f"<h4>{_E(v['claim'])}</h4><p><b>Primary</b>: {_E(v['declared'])}.</p>")
+        out.append(f"<h4>{_E(v['claim'])}</h4>" + (f"<p><b>Primary</b>: {_E(v['declared'])}.</p>" if v["declared"]
+                                                   else f"<p><b>No primary</b>: {_E(v['verdict'])}.</p>"))
         if v["primary"]:
             out.append(table_html(v["primary"]))
         conf = v["confirmation"]
