@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m stiefel_mini.evidence", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     ap.add_argument("--root", default=None, help="a folder holding results/ (default: the committed files)")
+    ap.add_argument("--ledger", action="store_true", help="print only the confirmation ledger, one block per claim")
     ap.add_argument("--write-ledger", action="store_true", help="rewrite results/ledger.json from git first")
     args = ap.parse_args(argv)
     if args.write_ledger:
@@ -33,6 +34,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         json.dump(as_data(vs), sys.stdout, indent=1)
         print()
+        return
+    if args.ledger:
+        for v in vs:
+            conf = v["confirmation"]
+            if conf["status"] == "by construction":
+                continue
+            counts = conf.get("runs") or {}
+            print(f"\n## {v['claim']}\n  declared: {conf['commit'] or 'not yet'} at {conf['time'] or '-'}"
+                  f"\n  runs of its arms: {counts.get('after', 0)} started after it on unchosen seeds, "
+                  f"{counts.get('before', 0)} before it, {counts.get('on_chosen_seeds', 0)} after it on seeds a "
+                  f"choice was made on\n  {conf['status']}: {conf['text']}")
+            for r in conf["rows"]:
+                if r["n"]:
+                    print(_line(r, len(conf["rows"])))
         return
     for v in vs:
         print(f"\n## {v['claim']} (paper: {v['paper']}; chapter {v['chapter']})")

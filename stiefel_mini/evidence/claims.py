@@ -175,6 +175,7 @@ CLAIMS: tuple[Claim, ...] = (
           secondary=tuple(Comparison(f"(A1 − A0) at 50,000 − at {round(50_000 * f):,} images", EPOCHS_REGIME, EPOCHS,
                                      "A0", "A1", of_gap=(_sel(train_fraction=f), _sel(train_fraction=1.0)))
                           for f in (0.1, 0.3)),
+          declared="ceb61dd",
           scale_note="the primary holds the number of steps fixed; at a fixed number of epochs (secondary) the "
                      "5,000- and 15,000-image runs were made on another CPU than the 50,000-image ones",
           short="gain at 50,000 − at 5,000 images"),
@@ -255,7 +256,7 @@ CLAIMS: tuple[Claim, ...] = (
                                   select_a=_sel(lr=1e-3), select_b=_sel(frame_lr=v))
                        for v in (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)),
                      _r1("A0's Q/K step / A1's", "A0", "A1", 0.3, metric="qk_step_mean", ratio=True)),
-          declared="", confirm_note="none run yet: the family was declared after both regimes had been measured",
+          declared="7123eb2", confirm_note="none run yet: the family was declared after both regimes had been measured",
           scale_note="a frame's step is about its lr, AdamW's about lr per entry: the ratio is set by the two "
                      "learning rates",
           short="Q/K step ratio"),

@@ -359,7 +359,9 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
     the primary; the claim is ``"confirmed"`` only when that gives the primary's verdict ``status``
     and resolves, ``"not confirmed"`` when it resolves otherwise, ``"pending"`` when it does not
     resolve (``text`` says what n it would need) or no such run exists. Returns ``{"status",
-    "text", "commit", "time", "note", "rows", "seeds", "two_machines"}``.
+    "text", "commit", "time", "note", "rows", "seeds", "two_machines", "runs"}``, ``runs`` counting
+    the runs of the family's arms that started after the declaration on unchosen seeds (``after``),
+    that did not (``before``), and that started after it on a seed a choice was made on.
     """
     rows_all = [compute(comp, root) for comp in family]
     k = sum(len(r.get("two_machines", [])) for r in rows_all)
@@ -376,14 +378,24 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
                                           "confirmation pending")
         return out
     out["time"] = when.isoformat()
+    arms = {x for comp in family for x in (comp.a, comp.b)}
+    pool = {(r["arm"], r["seed"], r.get("lr"), r.get("frame_lr"), r.get("train_fraction"), r.get("weight_decay"),
+             r.get("git_commit")): r for comp in family for r in _pooled(comp.files, root)[0]
+            if r["arm"] in arms}.values()
+    chosen = set().union(*(comp.chosen_on for comp in family))
+    out["runs"] = {"after": sum(r["_start"] is not None and r["_start"] > when and r["seed"] not in chosen
+                                for r in pool),
+                   "before": sum(r["_start"] is None or r["_start"] <= when for r in pool),
+                   "on_chosen_seeds": sum(r["_start"] is not None and r["_start"] > when and r["seed"] in chosen
+                                          for r in pool)}
     rows = [compute(comp, root, keep=confirming(comp, when)) for comp in family]
     compare.correct([r for r in rows if not r["ratio"]])
     out["rows"] = rows
     out["seeds"] = sorted({s for r in rows for s in r["seeds"]})
     day = f"declared at {c.declared} ({when:%Y-%m-%d %H:%M} UTC)"
     if not any(r["n"] for r in rows):
-        out.update(status="pending", text=f"{day}; no run started since on a seed never used for a choice: "
-                                          "confirmation pending")
+        out.update(status="pending", text=f"{day}; no paired seed whose two runs both started since, on a seed "
+                                          "never used for a choice: confirmation pending")
         return out
     fresh, words = _family_status(c, rows)
     best = max(rows, key=lambda r: r["n"])

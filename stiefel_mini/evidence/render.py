@@ -70,7 +70,7 @@ def headline(v: dict) -> str:
         return "; ".join(f"{r['gmean']:.3g}x {r['label'].split(', ', 1)[-1]}" for r in rows)
     r = max(rows, key=lambda r: abs(r["mean"] or 0.0)) if len(rows) > 1 else rows[0]
     prefix = "largest: " if len(rows) > 1 else ""
-    return f"{prefix}{effect_text(r)}, won {r['wins']} of {r['n']}"
+    return f"{prefix}{effect_text(r)}, n = {r['n']}"
 
 
 def summary_html(vs: list[dict], prefix: str = "") -> str:
