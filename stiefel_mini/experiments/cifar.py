@@ -36,7 +36,7 @@ from stiefel_mini.experiments.cifar_results import groups, load_studies, run_key
 from stiefel_mini.experiments.cifar_run import (attention_stats, build_model, evaluate, fixed_subset, lr_factor,
                                                 qk_vector, resolve_device, run, stream, train_indices, train_step)
 from stiefel_mini.experiments.config import replace
-from stiefel_mini.experiments.records import provenance, save_results, utc_now
+from stiefel_mini.experiments.records import describe_file, provenance, save_results, utc_now
 from stiefel_mini.experiments.runner import changed_fields, cli, parse_cli, resume, run_grid, stamp
 from stiefel_mini.experiments.runtime import set_threads
 
@@ -83,7 +83,8 @@ def sweep(cfg: CifarSweep, data: cifar_data.Cifar10 | None = None) -> dict:
         out = {"provenance": prov, "settings": sweep_settings(cfg), "runs": runs, "summary": summary_table(runs)}
         if repro is not None:
             out["repro"] = repro
-        return {**out, "provenance_previous": previous} if previous else out
+        out = {**out, "provenance_previous": previous} if previous else out
+        return {**out, "file": describe_file(out)}
 
     def save() -> None:
         if cfg.out:
@@ -118,7 +119,7 @@ def merge_results(results: Sequence[dict]) -> dict:
     The runs are concatenated in order (a run whose :func:`run_key` is in several files raises
     ``ValueError``) and the summary recomputed; ``provenance`` and ``repro`` are the first file's, and
     every other file's provenance, with the earlier invocations of each, go to
-    ``provenance_previous``. Files of other settings raise ``ValueError`` naming the fields.
+    ``provenance_previous``; ``file`` describes the merged file (:func:`records.describe_file`). Files of other settings raise ``ValueError`` naming the fields.
     """
     if not results:
         raise ValueError("merge_results needs at least one results payload")
@@ -135,7 +136,8 @@ def merge_results(results: Sequence[dict]) -> dict:
             runs.append(h)
         if res is not first:
             previous += [*res.get("provenance_previous", []), res["provenance"]]
-    return {**first, "runs": runs, "summary": summary_table(runs), "provenance_previous": previous}
+    out = {**first, "runs": runs, "summary": summary_table(runs), "provenance_previous": previous}
+    return {**out, "file": describe_file(out)}
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ import torch
 from stiefel_mini.experiments.config import leaf_fields, leaf_values, replace
 
 __all__ = ["provenance", "cpu_description", "utc_now", "save_results", "load_results", "jsonable", "config_dict",
-           "config_from_dict"]
+           "config_from_dict", "describe_file"]
 
 
 def config_dict(cfg: Any) -> dict:
@@ -175,3 +175,44 @@ def config_from_dict(cls: type, stored: dict) -> Any:
     ``cls`` are left out."""
     leaves = leaf_fields(cls)
     return replace(cls(), **{k: tuple(v) if isinstance(v, list) else v for k, v in stored.items() if k in leaves})
+
+
+def describe_file(payload: dict) -> dict:
+    """What a whole results file holds, for its top-level ``file`` entry: the record of its runs and of
+    every sweep invocation that wrote them (``provenance`` is only the last of those).
+
+    Returns ``{"runs", "arms", "seeds", "git_commits", "git_dirty", "invocations", "commands",
+    "interpreters", "first_utc", "last_utc", "cpus", "started_utc"}``: the number of runs, the distinct arms, seeds
+    and commits of the runs (in first-seen order), whether any run records a dirty tree, the number of
+    invocations recorded (``provenance``, ``provenance_previous``, ``provenance_merged``) with their
+    distinct commands and interpreters (older files' only trace of the machine) and the span of their times, the distinct CPUs the runs or invocations record,
+    and the span of the runs' own start times where they record them.
+    """
+    runs = payload.get("runs") or []
+    invs: list[dict] = []
+
+    def walk(p: Any) -> None:
+        if isinstance(p, list):
+            for q in p:
+                walk(q)
+        elif isinstance(p, dict) and "timestamp_utc" in p:
+            invs.append(p)
+            walk(p.get("provenance_previous"))
+            walk(p.get("provenance_merged"))
+
+    for key in ("provenance", "provenance_previous", "provenance_merged"):
+        walk(payload.get(key))
+    distinct = lambda xs: list(dict.fromkeys(x for x in xs if x is not None))  # noqa: E731
+    cpus = distinct(json.dumps(c, sort_keys=True) for c in [*(r.get("cpu") for r in runs),
+                                                             *(p.get("cpu") for p in invs)] if c)
+    times = sorted(p["timestamp_utc"] for p in invs)
+    started = sorted(r["started_utc"] for r in runs if r.get("started_utc"))
+    return {"runs": len(runs), "arms": distinct(r.get("arm") for r in runs),
+            "seeds": sorted({r["seed"] for r in runs if "seed" in r}),
+            "git_commits": distinct(r.get("git_commit") for r in runs),
+            "git_dirty": any(bool(r.get("git_dirty")) for r in runs),
+            "invocations": len(invs), "commands": distinct(p.get("command") for p in invs),
+            "interpreters": distinct(p["command"].split()[0] for p in invs if p.get("command")),
+            "first_utc": times[0] if times else None, "last_utc": times[-1] if times else None,
+            "cpus": [json.loads(c) for c in cpus],
+            "started_utc": [started[0], started[-1]] if started else None}
