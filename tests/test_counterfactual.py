@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 CHAPTERS = ("intro", "grokking", "cifar")
 
-DIRECTION = re.compile(r"\b(higher|lower|sooner|later|earlier|faster|slower|more|fewer|less|larger|smaller|better|"
-                       r"worse|beats?|trails?|leads?|lags?|ahead|behind|gains?|loses?|above|below|against|"
-                       r"towards?|exceeds?|wins?|losses|helps?|hurts?|narrows?|widens?|up|down)\b", re.I)
+DIRECTION = re.compile(r"\b(higher|lower|sooner|later|earlier|faster|slower|fewer|larger|smaller|better|worse|"
+                       r"beats?|trails?|leads?|lags?|ahead|behind|gains?|loses?|towards|exceeds?|wins?|losses|"
+                       r"helps?|hurts?|narrows?|widens?|wider|narrower|farther|further)\b", re.I)
 STATUS = re.compile(r"\b(resolved|resolves?|resolving|leans?|confirm(?:ed|s)?|contradict(?:ed|s)?|needs?|held|holds|"
                     r"reproduced?|decides?|settles?)\b", re.I)
 RESULT_WORDS = re.compile(r"(\b\d+\s*/\s*\d+ wins\b|\bleans? (?:against|towards)\b|\bresolved once corrected\b|"
@@ -44,8 +44,16 @@ that must catch the rest."""
 SENTENCE = re.compile(r"(?<=[.;:!?])\s+(?=[A-Z(])")
 
 
+# Structured output the verdict test checks, or that names claims rather than states results: boxes,
+# the verdict and evidence tables, closed blocks, legends.
+STRUCTURED = ".verdict-box, table, details, .verdict-legend, .verdict-codes, .how-made"
+FIXED = sorted({x for c in CLAIMS for x in (c.claim, c.paper) if x}, key=len, reverse=True)
+"""The claims' own words and the paper's numbers: they name what is tested, whatever the data."""
+
+
 def _texts(cell: dict) -> list[str]:
-    """A code cell's visible output as text: HTML without tags, markdown, printed text."""
+    """A code cell's visible prose as text: HTML without its structured parts, markdown, printed text;
+    the claims' titles and the paper's numbers blanked out."""
     out = []
     for o in cell.get("outputs", []):
         if o.get("output_type") == "stream":
@@ -53,11 +61,16 @@ def _texts(cell: dict) -> list[str]:
             continue
         data = o.get("data", {})
         if "text/html" in data:
-            out.append(BeautifulSoup(data["text/html"], "html.parser").get_text(" "))
+            soup = BeautifulSoup(data["text/html"], "html.parser")
+            for el in soup.select(STRUCTURED):
+                el.decompose()
+            out.append(soup.get_text(" "))
         elif "text/markdown" in data:
             out.append(data["text/markdown"])
         elif "text/plain" in data and "image/svg+xml" not in data and "image/png" not in data:
             out.append(data["text/plain"])
+    for fixed in FIXED:
+        out = [t.replace(fixed, "…") for t in out]
     return out
 
 
@@ -118,8 +131,8 @@ def _words(text: str, rx: re.Pattern) -> list[str]:
 def _sentences(nb) -> list[tuple[int, int, str]]:
     out = []
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
+        if cell.cell_type != "code" or cell.source.startswith("# Solution"):
+            continue  # exercise solutions compute made-up examples
         for j, s in enumerate(s for t in _texts(cell) for s in SENTENCE.split(" ".join(t.split()))):
             out.append((i, j, s))
     return out
@@ -172,3 +185,26 @@ def test_markdown_states_no_result_of_this_book(chapter):
            if c.cell_type == "markdown" and not c.source.lstrip().startswith(":::{admonition} Solution")
            for m in RESULT_WORDS.finditer(c.source)]
     assert not bad, f"{chapter}: markdown that reports results (compute them in a cell):\n" + "\n".join(bad)
+
+
+def test_swap_exchanges_measurements_keeps_identity_and_undoes_itself(tmp_path):
+    from tests.counterfactual import read, swap_payload
+
+    payload = {"runs": [{"arm": "A0", "seed": 0, "lr": 3e-3, "frame_lr": None, "test_acc": 0.6, "hist": [1]},
+                        {"arm": "A1", "seed": 0, "lr": 3e-3, "frame_lr": 1.0, "test_acc": 0.62, "hist": [2]},
+                        {"arm": "A1", "seed": 1, "lr": 3e-3, "frame_lr": 1.0, "test_acc": 0.7},
+                        {"arm": "A3", "seed": 0, "lr": 3e-3, "frame_lr": None, "test_acc": 0.5}]}
+    import copy
+
+    before = copy.deepcopy(payload)
+    assert swap_payload(payload, "A0", "A1") == 1  # seed 1 has no A0 to pair with
+    a0, a1, lone, a3 = payload["runs"]
+    assert (a0["test_acc"], a0["hist"], a0["frame_lr"]) == (0.62, [2], None)
+    assert (a1["test_acc"], a1["hist"], a1["frame_lr"]) == (0.6, [1], 1.0)
+    assert lone == before["runs"][2] and a3 == before["runs"][3]
+    swap_payload(payload, "A0", "A1")
+    assert payload == before
+    changed = swap_outcomes(CHECKOUT_RESULTS, tmp_path / "r")
+    assert changed["cifar/r2_fitted.json"] == 12 and changed["grokking/r2_long.json"] == 8
+    fitted = read(tmp_path / "r" / "cifar" / "r2_fitted.json")["runs"]
+    assert len(fitted) == len(read(CHECKOUT_RESULTS / "cifar" / "r2_fitted.json")["runs"])

@@ -32,7 +32,8 @@ from stiefel_mini.experiments.arms import arm_spec
 from stiefel_mini.experiments.cifar_config import (ALL_ARMS, PLANS, REPRO_TINY_SET, STUDIES, CifarConfig, CifarData,
                                                    CifarMachine, CifarModel, CifarOptimizer, CifarSchedule,
                                                    CifarSweep, stored_config, sweep_settings, swept_lrs)
-from stiefel_mini.experiments.cifar_results import groups, load_studies, run_key, study_status, summary_table
+from stiefel_mini.experiments.cifar_results import (STUDY_NAMES, direction, groups, lead_text, load_studies, run_key,
+                                                    study_plan, study_status, summary_table)
 from stiefel_mini.experiments.cifar_run import (attention_stats, build_model, evaluate, fixed_subset, lr_factor,
                                                 qk_vector, resolve_device, run, stream, train_indices, train_step)
 from stiefel_mini.experiments.config import replace
@@ -44,8 +45,8 @@ __all__ = ["ALL_ARMS", "CifarConfig", "CifarModel", "CifarOptimizer", "CifarSche
            "CifarSweep", "PLANS", "STUDIES", "REPRO_TINY_SET", "stored_config", "swept_lrs",
            "sweep_settings", "resolve_device", "stream", "build_model", "train_indices", "fixed_subset", "lr_factor",
            "evaluate", "train_step", "attention_stats", "qk_vector", "run", "run_key", "groups", "summary_table",
-           "load_studies", "study_status", "sweep", "merge_results", "tiny_set", "tiny_set_run", "repro_record",
-           "parse_args", "main"]
+           "load_studies", "study_status", "STUDY_NAMES", "study_plan", "direction", "lead_text", "sweep",
+           "merge_results", "tiny_set", "tiny_set_run", "repro_record", "parse_args", "main"]
 
 
 def sweep(cfg: CifarSweep, data: cifar_data.Cifar10 | None = None) -> dict:

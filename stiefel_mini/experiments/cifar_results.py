@@ -3,7 +3,9 @@
 A sweep file holds one record per run (``arm``, ``seed``, ``train_fraction``, ``lr``, ``frame_lr``
 and its measurements). :func:`run_key` and :func:`groups` are how the sweep resumes and how
 :mod:`stiefel_mini.evidence` pairs runs; :func:`summary_table` is the ``summary`` a sweep stores;
-:func:`load_studies` and :func:`study_status` say what each study's file holds against its plan.
+:func:`load_studies` and :func:`study_status` say what each study's file holds against its plan,
+:func:`study_plan` what it holds as its runs record it; :data:`STUDY_NAMES` are the studies' names
+for a reader, and :func:`direction` / :func:`lead_text` word a paired difference from its sign.
 """
 
 from __future__ import annotations
@@ -18,7 +20,26 @@ from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import compare, holm
 from stiefel_mini.resources import results_path
 
-__all__ = ["run_key", "groups", "summary_table", "load_studies", "study_status"]
+__all__ = ["run_key", "groups", "summary_table", "load_studies", "study_status", "STUDY_NAMES", "study_plan",
+           "direction", "lead_text"]
+
+STUDY_NAMES: dict[str, str] = {
+    "cpu": "the first study",
+    "cpu_long": "the first study at 30 epochs",
+    "cpu_a1_large_step": "the first study's A1 at frame lr 0.048",
+    "r2_lr": "the lr sweep",
+    "r2_fitted": "the fitted study",
+    "r3_bracket": "the lr re-bracket (A0)",
+    "r3_bracket_a1": "the lr re-bracket (A1)",
+    "r2_scaling": "the data-scaling study at fixed steps",
+    "r3_epochs": "the fixed-epoch study",
+    "r2_ablation": "the ablation at frame lr 0.03",
+    "r3_mechanism": "the mechanism study at frame lr 1.0",
+    "r3_polar": "the polar study",
+    "r2_gpu": "the study at the paper's scale (GPU)",
+}
+"""A reader's name for each results file of ``results/cifar/`` (by file stem); the file and preset
+names belong in the chapter's Reproduce section and provenance blocks only."""
 
 
 def run_key(h: dict) -> tuple:
@@ -160,3 +181,72 @@ def study_status(files: dict[str, dict | None]) -> list[dict]:
             extra[key[2]] = extra.get(key[2], 0) + 1
         rows.append({"preset": preset, "planned": planned, "done": done, "missing": missing, "extra": extra})
     return rows
+
+
+def study_plan(res: dict) -> dict:
+    """What a study's file holds, as its runs record it (never the file's top-level provenance).
+
+    The top-level ``provenance`` describes the sweep that last wrote the file (a resumed or merged
+    sweep may have run one arm on one seed), so the plan is read from the runs: ``runs`` (count),
+    ``arms`` (``{arm: {"seeds": [...], "lrs": [...], "frame_lrs": [...]}}`` in first-seen order;
+    ``lrs`` / ``frame_lrs`` are the values the arm's runs record, the file's ``settings`` for the
+    first files whose runs hold none), ``n_train`` (the sizes), ``steps`` (the run lengths) and
+    ``epochs`` (passes over the training images, ``steps_total / (n_train // batch_size)``: the
+    loader drops the last partial batch). ``settings`` is the file's settings, which every run shares
+    (a sweep refuses to add runs of other settings to a file).
+    """
+    runs = res.get("runs") or []
+    settings = res.get("settings") or {}
+    batch = settings.get("batch_size")
+    arms: dict[str, dict] = {}
+    for h in runs:
+        a = arms.setdefault(h["arm"], {"seeds": set(), "lrs": set(), "frame_lrs": set()})
+        a["seeds"].add(int(h["seed"]))
+        lr = h.get("lr", settings.get("lr"))
+        frame_lr = h.get("frame_lr", settings.get("frame_lr"))
+        if lr is not None:
+            a["lrs"].add(float(lr))
+        if frame_lr is not None:
+            a["frame_lrs"].add(float(frame_lr))
+    return {
+        "runs": len(runs),
+        "arms": {arm: {k: sorted(v) for k, v in a.items()} for arm, a in arms.items()},
+        "n_train": sorted({int(h["n_train"]) for h in runs}),
+        "steps": sorted({int(h["steps_total"]) for h in runs}),
+        "epochs": sorted({round(h["steps_total"] / (h["n_train"] // batch), 1) for h in runs}) if batch else [],
+        "settings": settings,
+    }
+
+
+def direction(x: float, up: str, down: str, level: str = "level with") -> str:
+    """The word for the sign of ``x``: ``up`` if ``x > 0``, ``down`` if ``x < 0``, else ``level``.
+
+    A sentence that states a direction takes its word from the number it states, so that it reads
+    the other way when the number does (the counterfactual test swaps two arms and checks this).
+    """
+    if x is None or x != x:
+        raise ValueError(f"direction needs a number, got {x!r}; a row with no paired seed has no direction")
+    return up if x > 0 else down if x < 0 else level
+
+
+def lead_text(row: dict, b: str, a: str, up: str = "ahead of", down: str = "behind",
+              level: str = "level with") -> str:
+    """A paired row ``b - a`` in words: ``"A1 is ahead of A0 by 2.41 pp (95% interval +2.15 to +2.68),
+    ahead on 12 of 12 paired seeds"``.
+
+    ``row`` is a row of :func:`stiefel_mini.evidence.paired` (``mean``, ``ci``, ``median``, ``unit``,
+    ``wins``, ``losses``, ``ties``, ``n``; a win is a seed where ``b`` is better). The direction word
+    comes from the sign of the mean (of the median where a difference is censored), the count is the
+    seeds on that side. Raises ``ValueError`` for a row with no paired seed.
+    """
+    if not row.get("n"):
+        raise ValueError(f"row {row.get('label', '')!r} has no paired seed; there is no difference to word")
+    unit = row.get("unit", "pp")
+    x = row["mean"] if row["mean"] is not None else row["median"]
+    word = direction(x, up, down, level)
+    # A win is b better in the metric's direction; the seeds on the side of the stated sign:
+    better_up = row.get("higher_is_better", True)
+    side = row["ties"] if x == 0 else row["wins"] if (x > 0) == better_up else row["losses"]
+    ci = "" if row["ci"] is None else f" (95% interval {row['ci'][0]:+.2f} to {row['ci'][1]:+.2f})"
+    size = f" by {abs(x):.2f} {unit}{ci}" if x else ""
+    return f"{b} is {word} {a}{size}, {word.split()[0]} on {side} of {row['n']} paired seeds"

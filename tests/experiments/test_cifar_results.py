@@ -126,3 +126,46 @@ def test_load_studies_gives_none_for_absent_files(monkeypatch, tmp_path):
     assert files == {"r2_lr": {"runs": []}, "r2_fitted": None}
     with pytest.raises(ValueError, match="unknown study"):
         cifar.load_studies(("r3",))
+
+
+def test_study_names_cover_every_study_file():
+    assert set(cifar.STUDIES) <= set(cifar.STUDY_NAMES)
+    assert all(not any(w in n for w in ("r2_", "r3_", ".json")) for n in cifar.STUDY_NAMES.values())
+
+
+def test_study_plan_reads_the_runs_not_the_top_level_provenance():
+    runs = [rec("A0", s, 0.5, lr=3e-3, frac=1.0) for s in (0, 1, 2)]
+    runs += [rec("A1", s, 0.6, lr=3e-3, frame_lr=1.0, frac=1.0) for s in (2, 0)]
+    for h in runs:
+        h.update(n_train=50_000, steps_total=3900)
+    stale = {"seeds": [7], "config": {"arms": ["A1"], "seeds": [7]}}  # one resumed run's record
+    plan = cifar.study_plan({"provenance": stale, "settings": {"batch_size": 128}, "runs": runs})
+    assert plan["runs"] == 5 and list(plan["arms"]) == ["A0", "A1"]
+    assert plan["arms"]["A0"] == {"seeds": [0, 1, 2], "lrs": [3e-3], "frame_lrs": []}
+    assert plan["arms"]["A1"] == {"seeds": [0, 2], "lrs": [3e-3], "frame_lrs": [1.0]}
+    assert plan["n_train"] == [50_000] and plan["steps"] == [3900] and plan["epochs"] == [10.0]  # 390 a pass
+    # First files: no lr in the runs, the file's settings hold it.
+    old = cifar.study_plan({"settings": {"batch_size": 128, "lr": 1e-3}, "runs": [
+        {"arm": "A1", "seed": 0, "n_train": 5000, "steps_total": 234}]})
+    assert old["arms"]["A1"]["lrs"] == [1e-3] and old["epochs"] == [6.0]
+
+
+def test_direction_and_lead_text_take_their_words_from_the_sign():
+    assert [cifar.direction(x, "higher", "lower", "level") for x in (0.3, -0.3, 0.0)] == ["higher", "lower", "level"]
+    with pytest.raises(ValueError, match="needs a number"):
+        cifar.direction(None, "up", "down")
+    a = {s: rec("A0", s, 0.50) for s in range(4)}
+    b = {s: rec("A1", s, 0.50 + (0.02 if s else -0.01)) for s in range(4)}  # 3 wins, 1 loss
+    acc = lambda h: 100 * h["test_acc"]  # noqa: E731
+    ahead = evidence.paired(a, b, acc)
+    behind = evidence.paired(b, a, acc)
+    assert cifar.lead_text(ahead, "A1", "A0").startswith("A1 is ahead of A0 by 1.25 pp (95% interval ")
+    assert cifar.lead_text(ahead, "A1", "A0").endswith("ahead on 3 of 4 paired seeds")
+    assert cifar.lead_text(behind, "A0", "A1").startswith("A0 is behind A1 by 1.25 pp")
+    assert cifar.lead_text(behind, "A0", "A1").endswith("behind on 3 of 4 paired seeds")
+    # A metric where lower is better (steps): a positive difference is a loss on each seed.
+    slow = evidence.paired({0: 1, 1: 1}, {0: 3, 1: 5}, float, higher_is_better=False, unit="steps")
+    assert cifar.lead_text(slow, "b", "a", "later than", "sooner than") == \
+        "b is later than a by 3.00 steps (95% interval -9.71 to +15.71), later on 2 of 2 paired seeds"
+    with pytest.raises(ValueError, match="no paired seed"):
+        cifar.lead_text(evidence.paired({}, {}, float), "b", "a")
