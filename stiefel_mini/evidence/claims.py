@@ -117,7 +117,7 @@ EPOCHS = ("cifar/r3_epochs.json", "cifar/r2_fitted.json")
 EPOCHS_REGIME = "fixed 10 epochs (steps grow with the images), lr 3e-3, A1's frame lr 1.0"
 ABL_REGIME = "ablation at frame lr 0.03, 15,000 images, 10 epochs"
 MECH_REGIME = "mechanism at frame lr 1.0, 15,000 images, 10 epochs"
-R1 = "first study, shared lr 1e-3, 6 epochs (underfit)"
+R1 = "first study, shared lr 1e-3, 6 epochs"
 GROK_LONG = ("grokking/r2_long.json",)
 GROK_REGIME = "p = 59, 8,000 steps, learned temperature"
 GROK_END = ("grokking/endpoint.json",)

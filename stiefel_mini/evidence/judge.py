@@ -211,10 +211,9 @@ def _not_resolved(row: dict, what: str) -> str:
 
 def _missing(row: dict) -> str:
     """``"not tested yet: ..."``: which declared file is absent, or that it holds no paired seed."""
-    absent = [f for f in row["declared_files"] if f not in row["files"]]
-    if absent and not row["files"]:
-        return f"not tested yet: {', '.join(absent)} not run yet"
-    return f"not tested yet: no paired seed in {', '.join(row['files'])} yet"
+    if not row["files"]:
+        return f"not tested yet: no run of its study ({row['regime']})"
+    return f"not tested yet: its study ({row['regime']}) has no paired seed"
 
 
 def _size_verdict(c: Claim, row: dict) -> tuple[str, str]:
