@@ -65,3 +65,4 @@ def test_the_step_picks_the_evaluation_and_the_default_is_the_last_common_one():
 def test_fewer_than_two_paired_seeds_is_an_error_naming_them():
     with pytest.raises(ValueError, match=r"at least 2 paired seeds.*\[0\]"):
         one_run.one_run_gaps({0: hist(0.5), 1: hist(0.5)}, {0: hist(0.5), 2: hist(0.5)})
+
