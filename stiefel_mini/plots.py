@@ -231,7 +231,7 @@ def one_run_figure(result: dict, names: tuple[str, str], width: float = COLUMN_W
 
     ``result``: :func:`stiefel_mini.experiments.one_run.one_run_gaps`; ``names``: (baseline, arm)
     as the reader calls them. Left: every same-seed and cross-seed gap (arm - baseline, points) with
-    the paired mean and the paper's gap in both directions; right: per arm, each seed's endpoint minus
+    the paired mean (solid) and the paper's gap in both directions (dashed); right: per arm, each seed's endpoint minus
     its best so far. Returns ``(fig, axes)``.
     """
     import numpy as np
@@ -247,7 +247,7 @@ def one_run_figure(result: dict, names: tuple[str, str], width: float = COLUMN_W
     ax_gap.axvline(result["paired_mean_pp"], color="k", lw=1)
     ax_gap.set(yticks=[0, 1], yticklabels=["other seeds", "same seed"], ylim=(-0.5, 1.5),
                xlabel=f"{names[1]} − {names[0]} (points)",
-               title=f"one-run gaps (red: ±{g:.1f}; black: paired mean)")
+               title=f"one-run gaps (dashed: ±{g:.1f})")
     dips = result["below_best_pp"]
     for y, side in ((1, "arm"), (0, "baseline")):
         vals = np.asarray(dips[side])
