@@ -83,7 +83,7 @@ def test_the_import_reader_resolves_relative_and_absolute_imports():
 SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train"}
 EXPERIMENTS = {
     "cifar": {"cifar", "cifar_config", "cifar_data", "cifar_run", "cifar_results"},
-    "grokking": {"grokking", "grokking_config", "grokking_model", "grokking_metrics"},
+    "grokking": {"grokking", "grokking_config", "grokking_model", "grokking_metrics", "one_run", "peer_curve"},
     "weight_decay": {"weight_decay", "weight_decay_config", "readouts"},
     "compare_tools": {"compare_tools", "reference_optimizers", "orthogonal_decay"},
     "patch_attention": {"patch_attention"},

@@ -10,13 +10,13 @@ its best value), :func:`at_best_lr` (each arm's runs at its own best lr), :func:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from stiefel_mini.experiments.cifar_results import groups, run_key
+from stiefel_mini.experiments.records import load_results
 from stiefel_mini.resources import results_path
 
 __all__ = ["load", "run_key", "by_seed", "lr_curves", "at_best_lr", "fitted_check", "held_out_best"]
@@ -27,7 +27,8 @@ def load(name: str, root: str | Path | None = None) -> dict | None:
 
     ``root`` is a folder holding ``results/``; ``None`` finds the file where
     :func:`stiefel_mini.resources.results_path` does (the checkout, else the packaged copy). A sweep
-    still running writes its file after every run, so a file may hold part of its grid.
+    still running writes its file after every run, so a file may hold part of its grid. Read by
+    :func:`stiefel_mini.experiments.records.load_results` (histories unpacked).
     """
     if root is None:
         try:
@@ -38,7 +39,7 @@ def load(name: str, root: str | Path | None = None) -> dict | None:
         path = Path(root) / "results" / name
         if not path.is_file():
             return None
-    return json.loads(path.read_text())
+    return load_results(path)
 
 
 def _mean(xs: list) -> float | None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import lzma
 import math
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from stiefel_mini.experiments import records
@@ -65,3 +69,52 @@ def test_every_committed_cifar_file_describes_itself():
         payload = load_results(path)
         if isinstance(payload.get("runs"), list):
             assert payload["file"] == describe_file(payload), path.name
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_history_is_packed_and_read_back_bit_for_bit(tmp_path):
+    """float32 values (as the training loop records them), ints, None and per-head lists survive."""
+    vals = torch.randn(50, generator=torch.Generator().manual_seed(0)).tolist()  # float32 values
+    hist = {"step": list(range(0, 500, 10)), "val_acc": vals, "gap": [None, *vals[1:]],
+            "entropy": [[v, -v] for v in vals], "tiny": [float(np.float32(1e-30)), float(np.finfo(np.float32).max), 0.0, -0.0]}
+    payload = {"runs": [{"arm": "a", "history": hist, "metrics": {"x": 0.1}}], "repro": {"history": hist}}
+    path = records.save_results(tmp_path / "r.json", payload)
+    raw = json.loads(path.read_text())
+    assert raw["runs"][0]["history"]["encoding"] == records.HISTORY_ENCODING
+    assert raw["repro"]["history"]["encoding"] == records.HISTORY_ENCODING
+    assert raw["runs"][0]["metrics"] == {"x": 0.1}  # everything else stays plain JSON
+    back = records.load_results(path)
+    assert back == jsonable_copy(payload)
+    assert [math.copysign(1, v) for v in back["runs"][0]["history"]["tiny"]] == [1, 1, 1, -1]
+    # deterministic: the same payload gives the same bytes; saving a loaded file changes nothing
+    again = records.save_results(tmp_path / "s.json", back)
+    assert again.read_bytes() == path.read_bytes()
+
+
+def jsonable_copy(obj):
+    return json.loads(json.dumps(records.jsonable(obj)))
+
+
+def test_a_float64_history_is_stored_plain_never_rounded(tmp_path):
+    hist = {"step": [0, 1], "acc": [1 / 3, 0.5]}  # 1/3 is not a float32 value
+    path = records.save_results(tmp_path / "r.json", {"history": hist})
+    assert json.loads(path.read_text())["history"] == hist
+    assert records.load_results(path)["history"] == hist
+
+
+def test_pack_history_errors_name_the_problem():
+    with pytest.raises(ValueError, match="float32"):
+        records.pack_history({"x": [1e300]})
+    with pytest.raises(ValueError, match="encoding"):
+        records.unpack_history({"encoding": "gzip", "data": ""})
+
+
+def test_pack_history_spells_floats_short():
+    packed = records.pack_history({"v": [float(np.float32(6.676219463348389))]})
+    assert lzma.decompress(base64.b64decode(packed["data"])) == b'{"v":[6.6762195]}'
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "results").rglob("*.json")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_committed_results_file_is_at_most_2_mb(path):
+    assert path.stat().st_size <= 2_000_000, f"{path.name}: {path.stat().st_size:,} bytes; store histories packed"
