@@ -34,13 +34,9 @@ import torch
 from stiefel_mini.experiments.config import leaf_fields, leaf_values, replace
 
 __all__ = ["provenance", "cpu_description", "utc_now", "save_results", "load_results", "jsonable", "config_dict",
-<<<<<<< HEAD
-           "config_from_dict", "describe_file"]
-=======
-           "config_from_dict", "pack_history", "unpack_history", "HISTORY_ENCODING"]
+           "config_from_dict", "describe_file", "pack_history", "unpack_history", "HISTORY_ENCODING"]
 
 HISTORY_ENCODING = "float32-json-xz-base64"
->>>>>>> grok
 
 
 def config_dict(cfg: Any) -> dict:
