@@ -18,6 +18,7 @@ best round, a ratio the median over rounds of the per-round ratio, with its rang
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import time
 
 import torch
@@ -107,8 +108,10 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error(f"--heads {args.heads} does not divide --width {args.width}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    record = {"settings": vars(args), "provenance": provenance(), "timing": []}
-    print(f"width {args.width}, depth {args.depth}, {args.heads} heads, {torch.get_num_threads()} thread(s); "
+    packages = {name: importlib.metadata.version(name) for name in ("timm", "transformers")}
+    record = {"settings": vars(args), "provenance": provenance(), "packages": packages, "timing": []}
+    print(f"timm {packages['timm']}, transformers {packages['transformers']}; width {args.width}, depth "
+          f"{args.depth}, {args.heads} heads, {torch.get_num_threads()} thread(s); "
           f"ms per training step (best of {args.rounds} rounds of {args.steps})\n")
     print("| model | original (AdamW) | converted (StiefelAdam) | converted, AdamW | converted / original "
           "| converted, AdamW / original |")
