@@ -4,15 +4,16 @@ measured side by side in one run.
     python benchmarks/hf_step.py --threads 1
     python benchmarks/hf_step.py --threads 1 --rounds 3 --steps 3    # a quick look
 
-Each model is built twice from one seed (tiny configs, random weights; nothing is downloaded). One
-step is forward, backward and optimizer step on a fixed batch: the **original** with
+Each model is built three times from one seed (tiny configs, random weights; nothing is
+downloaded). One step is forward, backward and optimizer step on a fixed batch: the **original** with
 ``torch.optim.AdamW`` on every parameter (torch's default implementation), and the **converted**
 model (``convert_attention``, Stiefel Q/K frames) with ``StiefelAdam`` on ``param_groups`` (frames
 in the frame rule, AdamW on the rest). A third column, **converted, AdamW** (``stiefel=False``, the
 same projection modules with plain weights, AdamW on everything), separates the cost of assembling
-the Q/K weight from the frames' from that of the frame rule. Rounds are interleaved; a time is the
-best round, a ratio the median over rounds of the per-round ratio, with its range. Target (issue
-37): converted within 1.10x of the original. ``--out PATH`` writes the times and the provenance.
+the Q/K weight from the frames' from that of the frame rule. Rounds are interleaved, in alternating
+order (so that no arm always runs first); a time is the best round, a ratio the median over rounds
+of the per-round ratio, with its range. Target (issue 37): converted within 1.10x of the original.
+``--out PATH`` writes the times and the provenance.
 """
 
 from __future__ import annotations
@@ -121,8 +122,9 @@ def main(argv: list[str] | None = None) -> dict:
         for a in ARMS:
             time_steps(*arms[a], 1)  # warm-up: first-call allocations, optimizer state
         times: dict[str, list[float]] = {a: [] for a in ARMS}
-        for _ in range(args.rounds):
-            for a in ARMS:
+        for r in range(args.rounds):
+            # The order alternates (A B C, C B A, ...), so that an arm gains nothing from its place.
+            for a in ARMS if r % 2 == 0 else ARMS[::-1]:
                 times[a].append(time_steps(*arms[a], args.steps))
         best = {a: 1e3 * min(t) for a, t in times.items()}
         print(f"| {name} | {best['original']:.1f} | {best['converted']:.1f} | {best['converted, AdamW']:.1f} | "

@@ -14,7 +14,7 @@ class ConvertedLayer:
     ``qk_gain`` is the mean over query heads of ``mean sigma(Q_h) * mean sigma(K_h)`` of the weights
     before the polar map: the factor the map divides the logits by unless a learned per-head scale
     (``logit_scale="learned"``, started at the singular values) absorbs it. ``None`` for
-    ``nn.MultiheadAttention``, whose learned temperature :meth:`StiefelMultiheadAttention.load_from_torch`
+    ``nn.MultiheadAttention``, whose learned temperature :meth:`stiefel_mini.mha.StiefelMultiheadAttention.load_from_torch`
     starts from the same product.
     """
 

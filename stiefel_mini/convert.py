@@ -74,7 +74,7 @@ def _layout(name: str, module: nn.Module) -> str | None:
 
 def find_adapted(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
     """``(name, module, layout)`` of every recognised timm / transformers attention layer in ``model``,
-    each module once; raises ``ValueError`` on the first unsupported one (see :func:`_layout`)."""
+    each module once; raises ``ValueError`` on the first unsupported one."""
     found, seen = [], set()
     for name, module in model.named_modules():
         layout = _layout(name, module)
@@ -150,7 +150,7 @@ def _qk_norm(module: nn.Module) -> bool:
 
 def convert_adapted(model: nn.Module, *, stiefel: bool, logit_scale: str) -> tuple[list[ConvertedLayer], list[str]]:
     """Swap the Q/K projections of every recognised timm / transformers attention layer of ``model``
-    for :class:`FrameProjection` s, in place; returns the converted layers and notes for the report.
+    for :class:`~stiefel_mini.projection.FrameProjection` modules, in place; returns the converted layers and notes for the report.
 
     Every layer is checked and its replacements built before any is swapped in, so an unsupported
     layer raises ``ValueError`` and leaves ``model`` untouched.
