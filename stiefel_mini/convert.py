@@ -43,7 +43,8 @@ def _unsupported(name: str, module: nn.Module, why: str) -> ValueError:
 
 def _layout(name: str, module: nn.Module) -> str | None:
     """``"timm"``, ``"gpt2"``, ``"q_proj"`` or ``"query"`` for a recognised attention layer, ``None``
-    for any other module; raises ``ValueError`` for a timm or transformers attention layer whose
+    for any other module (a layer converted before included: its projection is no ``nn.Linear`` or
+    ``Conv1D`` any more); raises ``ValueError`` for a timm or transformers attention layer whose
     layout is not supported."""
     cls = type(module)
     origin = cls.__module__.split(".")[0]
@@ -53,9 +54,12 @@ def _layout(name: str, module: nn.Module) -> str | None:
         raise _unsupported(name, module, "has a fused query_key_value projection with Q, K and V "
                            "interleaved per head (GPT-NeoX, Falcon, Bloom), which is not supported")
     if origin == "timm":
+        qkv = getattr(module, "qkv", None)
+        if isinstance(qkv, FrameProjection):
+            return None  # converted before
         if cls.__module__ == "timm.layers.attention" and cls.__name__ == "Attention":
             return "timm"
-        if isinstance(getattr(module, "qkv", None), nn.Linear):
+        if isinstance(qkv, nn.Linear):
             raise _unsupported(name, module, "is a timm attention layer other than timm.layers.Attention")
         return None
     if "Attention" not in cls.__name__:

@@ -132,6 +132,16 @@ def test_stiefel_conversion_makes_per_head_frames_and_reports_each_layer(name):
     assert len(frames["params"]) == 4 and frames["stiefel"]
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_a_second_conversion_changes_nothing(name):
+    model = _build(name)
+    convert_attention(model)
+    frames = [p.detach().clone() for p in frame_parameters(model)]
+    report = convert_attention(model)
+    assert report.layers == [] and "nothing changed" in str(report)
+    assert all(torch.equal(a, b) for a, b in zip(frames, frame_parameters(model), strict=True))
+
+
 @pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
 def test_learned_logit_scale_keeps_the_model_close_to_what_it_was(name):
     x = _inputs(name)
