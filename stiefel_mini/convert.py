@@ -90,10 +90,14 @@ def find_adapted(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
 
 def _heads(name: str, module: nn.Module, width: int, head_dim: int, declared: int | None, d_in: int) -> int:
     """The number of heads of a projection from ``d_in`` to ``width`` features, checked against
-    ``declared`` (and a frame ``(d_in, head_dim)`` must fit: ``head_dim <= d_in``)."""
-    if not 0 < head_dim <= d_in or width % head_dim or (declared is not None and declared * head_dim != width):
-        raise _unsupported(name, module, f"has a projection from {d_in} to {width} features that {declared} "
-                           f"heads of size {head_dim} do not divide")
+    ``declared`` (the layer's or its config's head count) and against ``head_dim <= d_in`` (a frame
+    ``(d_in, head_dim)`` must fit)."""
+    if declared is not None and declared * head_dim != width:
+        raise _unsupported(name, module, f"has a projection from {d_in} to {width} features, which is not "
+                           f"{declared} heads of size {head_dim}")
+    if not 0 < head_dim <= d_in or width % head_dim:
+        raise _unsupported(name, module, f"has a projection from {d_in} to {width} features that heads of "
+                           f"size {head_dim} do not divide into frames")
     return width // head_dim
 
 
@@ -124,7 +128,12 @@ def _separate(name: str, module: nn.Module, layout: str, opts: dict) -> tuple[Co
     q_name, k_name = ("q_proj", "k_proj") if layout == "q_proj" else ("query", "key")
     q_lin, k_lin = getattr(module, q_name), getattr(module, k_name)
     hd = getattr(module, "head_dim", None) or getattr(module, "attention_head_size", None)
-    declared = getattr(module, "num_heads", None) or getattr(module, "num_attention_heads", None)
+    # Llama-family layers keep their head counts in their config only. A projection wider than the
+    # declared heads (e.g. queries and gates interleaved in one q_proj) is refused by _heads.
+    config = getattr(module, "config", None)
+    declared = (getattr(module, "num_heads", None) or getattr(module, "num_attention_heads", None)
+                or getattr(config, "num_attention_heads", None))
+    declared_kv = getattr(config, "num_key_value_heads", None) if layout == "q_proj" else None
     if hd is None:
         raise _unsupported(name, module, "has no head_dim or attention_head_size attribute")
     d_in = q_lin.in_features
@@ -132,7 +141,8 @@ def _separate(name: str, module: nn.Module, layout: str, opts: dict) -> tuple[Co
         raise _unsupported(name, module, f"is cross-attention with keys of size {k_lin.in_features} and "
                            f"queries of size {d_in}")
     H = _heads(name, module, q_lin.out_features, hd, declared, d_in)
-    H_kv = _heads(name, module, k_lin.out_features, hd, None, d_in)
+    H_kv = _heads(name, module, k_lin.out_features, hd, declared_kv or (declared if layout == "query" else None),
+                  d_in)
     if H % H_kv:
         raise _unsupported(name, module, f"has {H} query heads, not a multiple of its {H_kv} key heads")
     infos, swaps = {}, []

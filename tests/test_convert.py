@@ -235,9 +235,17 @@ def test_heads_that_do_not_divide_the_projection_are_refused():
     model = _build("timm_vit")
     model.blocks[1].attn.num_heads = 3  # 3 heads cannot split 32 columns of Q
     before = _projections(model)
-    with pytest.raises(ValueError, match=r"blocks\.1\.attn \(timm\.layers\.attention\.Attention\).*do not divide"):
+    with pytest.raises(ValueError, match=r"blocks\.1\.attn \(timm\.layers\.attention\.Attention\).*not 3 heads of size 8"):
         convert_attention(model)
     assert _projections(model) == before
+
+
+def test_a_query_projection_wider_than_the_declared_heads_is_refused():
+    model = _build("llama_gqa")
+    model.model.layers[1].self_attn.q_proj = nn.Linear(WIDTH, 2 * WIDTH)  # queries and gates in one
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.self_attn .*from 32 to 64 features, which is not 4 heads"):
+        convert_attention(model)
+    assert not any(isinstance(m, FrameProjection) for m in model.modules())
 
 
 def test_cross_attention_from_inputs_of_another_size_is_refused():
