@@ -31,7 +31,7 @@ class ConvertedLayer:
 
     @property
     def num_frames(self) -> int:
-        """Per-head frames of this layer: one per query head and one per key head."""
+        """Number of per-head frames of this layer, one per query head and one per key head."""
         return self.num_heads + (self.num_heads if self.kv_heads is None else self.kv_heads)
 
     def logit_note(self, stiefel: bool) -> str:
