@@ -11,7 +11,8 @@
 #    the script says what to install and, for Chromium, goes on without it):
 #      python3.X-venv (the venv module Debian/Ubuntu split off), Node.js with npm, Chromium.
 # 2. .venv from $PYTHON (an existing working .venv is reused; `rm -rf .venv` to start over), then
-#    `pip install -e '.[book,test]'` into it: this package with the book and test extras.
+#    `pip install -e '.[book,test,hf]'` into it: this package with the book, test and hf (timm,
+#    transformers) extras.
 # 3. npm ci: the pinned MathJax and ipywidgets HTML manager that the built book serves itself.
 #
 # Playwright drives the system's Chromium through executable_path ($CHROMIUM, default
@@ -80,8 +81,8 @@ else
     "$PYTHON" -m venv .venv
   fi
 fi
-.venv/bin/python -m pip install --progress-bar off -e '.[book,test]'
-.venv/bin/python -c 'import stiefel_mini, torch, torchvision'   # fail here, loudly, if the install is broken
+.venv/bin/python -m pip install --progress-bar off -e '.[book,test,hf]'
+.venv/bin/python -c 'import stiefel_mini, torch, torchvision, timm, transformers'   # fail here, loudly, if the install is broken
 
 # 3. Offline browser assets for the built book.
 npm ci --no-audit --no-fund --ignore-scripts

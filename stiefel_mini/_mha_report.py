@@ -1,5 +1,5 @@
-"""What :func:`stiefel_mini.mha.convert_attention` reports: each swapped module and how far the
-polar map moved its query and key weights."""
+"""What :func:`stiefel_mini.mha.convert_attention` reports: each converted layer, how far the polar
+map moved its query and key weights, and how the logit scale is handled."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 
 @dataclass
 class ConvertedLayer:
-    """One swapped module: its name, sizes and how far the polar map moved Q and K."""
+    """One converted layer: its name, kind, sizes, how far the polar map moved Q and K
+    (``||W - polar(W)||_F / ||W||_F``) and how the logit scale is handled.
+
+    ``qk_gain`` is the mean over query heads of ``mean sigma(Q_h) * mean sigma(K_h)`` of the weights
+    before the polar map: the factor the map divides the logits by unless a learned per-head scale
+    (``logit_scale="learned"``, started at the singular values) absorbs it. ``None`` for
+    ``nn.MultiheadAttention``, whose learned temperature :meth:`stiefel_mini.mha.StiefelMultiheadAttention.load_from_torch`
+    starts from the same product.
+    """
 
     name: str
     embed_dim: int
@@ -16,6 +24,23 @@ class ConvertedLayer:
     frame_shape: tuple[int, ...]
     q_polar_distance: float
     k_polar_distance: float
+    kind: str = "nn.MultiheadAttention"
+    kv_heads: int | None = None  # key heads (fewer than num_heads under grouped-query attention)
+    qk_gain: float | None = None
+    logit_scale: str = "fixed"
+
+    @property
+    def num_frames(self) -> int:
+        """Number of per-head frames of this layer, one per query head and one per key head."""
+        return self.num_heads + (self.num_heads if self.kv_heads is None else self.kv_heads)
+
+    def logit_note(self, stiefel: bool) -> str:
+        """How the logit scale is handled, in a few words."""
+        if not stiefel:
+            return "unchanged"
+        if self.logit_scale == "learned":
+            return "learned" if self.qk_gain is None else f"learned, starts x{self.qk_gain:.3g}"
+        return "fixed" if self.qk_gain is None else f"fixed: logits x{1 / self.qk_gain:.3g}"
 
 
 @dataclass
@@ -29,31 +54,36 @@ class ConversionReport:
     @property
     def num_frames(self) -> int:
         """Number of per-head frames created (Q and K for every head of every layer)."""
-        return sum(2 * layer.num_heads for layer in self.layers) if self.stiefel else 0
+        return sum(layer.num_frames for layer in self.layers) if self.stiefel else 0
 
     def __str__(self) -> str:
         kind = "Stiefel Q/K frames" if self.stiefel else "unconstrained (stiefel=False, exact copy)"
-        lines = [
-            f"convert_attention: {len(self.layers)} nn.MultiheadAttention -> "
-            f"StiefelMultiheadAttention, {kind}"
-        ]
+        lines = [f"convert_attention: {len(self.layers)} attention layer(s) -> {kind}"]
         if self.layers:
             width = max(len(layer.name) for layer in self.layers)
+            kinds = max(len(layer.kind) for layer in self.layers)
             lines.append(
-                f"  {'module':<{width}}  {'E':>4}  {'H':>2}  {'frame (per head)':<16}  "
-                f"{'|Q-polar(Q)|/|Q|':>16}  {'|K-polar(K)|/|K|':>16}"
+                f"  {'module':<{width}}  {'kind':<{kinds}}  {'E':>4}  {'H':>2}  {'KV':>2}  "
+                f"{'frame (per head)':<16}  {'|Q-polar(Q)|/|Q|':>16}  {'|K-polar(K)|/|K|':>16}  logit scale"
             )
             for layer in self.layers:
                 shape = " x ".join(str(s) for s in layer.frame_shape)
+                kv = layer.num_heads if layer.kv_heads is None else layer.kv_heads
                 lines.append(
-                    f"  {layer.name:<{width}}  {layer.embed_dim:>4}  {layer.num_heads:>2}  "
-                    f"{shape:<16}  {layer.q_polar_distance:>16.3f}  {layer.k_polar_distance:>16.3f}"
+                    f"  {layer.name:<{width}}  {layer.kind:<{kinds}}  {layer.embed_dim:>4}  "
+                    f"{layer.num_heads:>2}  {kv:>2}  {shape:<16}  {layer.q_polar_distance:>16.3f}  "
+                    f"{layer.k_polar_distance:>16.3f}  {layer.logit_note(self.stiefel)}"
                 )
         else:
-            lines.append("  no nn.MultiheadAttention found: nothing changed")
+            lines.append("  no supported attention layer found: nothing changed")
         lines += [f"  note: {note}" for note in self.notes]
         if self.stiefel and self.layers:
             lines.append(
-                f"  {self.num_frames} frames; V, output projections and biases copied unchanged"
+                f"  {self.num_frames} frames; V, output projections, biases and norms copied unchanged"
             )
+            if any(layer.qk_gain is not None and layer.logit_scale == "fixed" for layer in self.layers):
+                lines.append(
+                    "  logit scale 'fixed': the model's own 1/sqrt(d_head) is kept, so each head's logits "
+                    "shrink by the singular values the polar map removed (logit_scale='learned' keeps them)"
+                )
         return "\n".join(lines)

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from ._mha_inputs import additive, check_inputs
 from ._mha_report import ConversionReport, ConvertedLayer
 from .attention import LOGIT_SCALES
+from .convert import convert_adapted
 from .geometry import project, random_stiefel
 
 __all__ = ["StiefelMultiheadAttention", "convert_attention", "ConversionReport", "ConvertedLayer"]
@@ -391,15 +392,26 @@ def _empty_like(mha: nn.MultiheadAttention, *, stiefel: bool, logit_scale: str) 
 def convert_attention(
     model: nn.Module, *, stiefel: bool = True, logit_scale: str = "fixed"
 ) -> ConversionReport:
-    """Swap every ``nn.MultiheadAttention`` in ``model`` for a :class:`StiefelMultiheadAttention`,
-    in place.
+    """Give every attention layer of ``model`` Stiefel query/key frames, in place.
 
-    Q/K in-projections are mapped per head onto the manifold with the polar map (their closest
-    frames); V, output projections, biases, ``batch_first``, dropout, device, dtype and train/eval
-    mode are kept. With ``stiefel=False`` the weights are copied exactly and the model computes
-    what it computed before. A module shared by several parents is converted once and stays
+    * ``nn.MultiheadAttention`` is swapped for a :class:`StiefelMultiheadAttention`;
+    * timm ``Attention``, Hugging Face GPT-2, BERT-style, ViT and Llama-family attention keep their
+      module and forward; only their Q/K projection (a fused ``qkv`` Linear, GPT-2's ``Conv1D``, or the
+      ``q_proj``/``k_proj`` or ``query``/``key`` Linears) is replaced by a
+      :class:`stiefel_mini.projection.FrameProjection` whose per-head frames ``(heads, d_model,
+      d_head)`` :func:`stiefel_mini.groups.param_groups` finds (layouts: :mod:`stiefel_mini.convert`).
+
+    Q/K weights are mapped per head onto the manifold with the polar map (their closest frames); V,
+    output projections, biases, norms, dropout, device, dtype and train/eval mode are kept. With
+    ``stiefel=False`` the weights are copied exactly and the model computes what it computed before.
+    ``logit_scale="learned"`` gives each head a learned scale started at the logit scale the polar
+    map removed (for the timm / Hugging Face layers: per head, the mean singular value of its Q and of
+    its K block); ``"fixed"`` keeps the model's own ``1 / sqrt(d_head)``, and the report says by how
+    much that shrinks the logits. A module shared by several parents is converted once and stays
     shared. ``nn.TransformerEncoder`` modules holding converted layers get
-    ``use_nested_tensor = False``: their nested-tensor inference path reads ``in_proj_weight``.
+    ``use_nested_tensor = False``: their nested-tensor inference path reads ``in_proj_weight``. A
+    Hugging Face model's config records the options (``config.stiefel_attention``), so that
+    :func:`stiefel_mini.hf.from_pretrained_converted` can rebuild it from ``save_pretrained``.
 
     Args:
         model: any module; it must not itself be an ``nn.MultiheadAttention`` (use
@@ -409,13 +421,24 @@ def convert_attention(
 
     Returns:
         A :class:`ConversionReport`; ``print`` it to see what changed.
+
+    Raises:
+        ValueError: for a timm / transformers attention layer of an unsupported layout (Q, K, V
+            interleaved per head as in GPT-NeoX and Falcon, cross-attention from inputs of another
+            size, heads that do not divide the projection), naming the module, its class and what is
+            supported; then nothing is changed.
     """
     if isinstance(model, nn.MultiheadAttention):
         raise TypeError(
             "convert_attention swaps submodules in place, so it cannot replace the model itself; "
             "use StiefelMultiheadAttention.from_torch(mha) for a bare nn.MultiheadAttention"
         )
-    report = ConversionReport(stiefel=stiefel)
+    if logit_scale not in LOGIT_SCALES:
+        raise ValueError(f"logit_scale must be one of {list(LOGIT_SCALES)}; got {logit_scale!r}")
+    adapted, notes = convert_adapted(model, stiefel=stiefel, logit_scale=logit_scale)
+    report = ConversionReport(stiefel=stiefel, layers=adapted, notes=notes)
+    if adapted and hasattr(getattr(model, "config", None), "to_json_string"):
+        model.config.stiefel_attention = {"stiefel": stiefel, "logit_scale": logit_scale}
     converted: dict[int, StiefelMultiheadAttention] = {}
     # Collect first: swapping while iterating named_modules would visit the new modules.
     targets = [

@@ -2,7 +2,7 @@
 test fails the run unless its reason is on a short allow-list of optional extras.
 
 Allowed: a missing optional package (one of ``OPTIONAL_MODULES``, the import names of the
-``vision`` / ``notebooks`` / ``book`` / ``test`` / ``bench`` extras of ``pyproject.toml``, and
+``vision`` / ``hf`` / ``notebooks`` / ``book`` / ``test`` / ``bench`` extras of ``pyproject.toml``, and
 ``tomllib`` before Python 3.11), a missing GPU, and platform features torch does not offer
 everywhere (``torch.compile``, the gloo backend). Anything else, in particular an ImportError of
 ``stiefel_mini`` itself, a missing results file or a browser test without a built book, fails.
@@ -24,6 +24,7 @@ __all__ = ["SkipPolicy", "skip_is_allowed", "OPTIONAL_MODULES"]
 OPTIONAL_MODULES = frozenset(
     {
         "torchvision", "PIL",  # vision
+        "timm", "transformers",  # hf
         "matplotlib", "ipywidgets", "ipykernel", "geoopt", "geotorch",  # notebooks, bench
         "jupyter_book", "nbclient", "nbformat",  # book, test
         "playwright", "setuptools",  # test

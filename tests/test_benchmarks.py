@@ -69,3 +69,20 @@ def test_gram_precision_table(capsys):
 def test_gram_precision_rejects_a_step_the_series_cannot_take():
     with pytest.raises(SystemExit):
         load("gram_precision").main(["--length", "0.9"])
+
+
+def test_hf_step_table_and_results_file(capsys, tmp_path):
+    pytest.importorskip("timm")
+    pytest.importorskip("transformers")
+    bench = load("hf_step")
+    out_file = tmp_path / "hf.json"
+    bench.main(["--width", "16", "--depth", "1", "--heads", "2", "--rounds", "2", "--steps", "1",
+                "--threads", "1", "--out", str(out_file)])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("| gpt2 |", "| vit |"))]
+    assert len(rows) == 2
+    assert all(re.search(r"\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) \|$", row) for row in rows), rows
+    record = json.loads(out_file.read_text())
+    assert [t["model"] for t in record["timing"]] == ["gpt2", "vit"]
+    assert all(sorted(t["seconds_per_step"]) == sorted(bench.ARMS) for t in record["timing"])
+    assert sorted(record["packages"]) == ["timm", "transformers"]

@@ -1,0 +1,91 @@
+"""Reloading a model converted by :func:`stiefel_mini.mha.convert_attention`: build it as it was
+built, convert it the same way, then load the saved weights (frames included).
+
+A converted model's ``state_dict`` names its frames (``...q_proj.q_weight``, ``...qkv.k_weight``),
+which an unconverted model does not have, so ``from_pretrained`` alone would drop them and draw new
+Q/K weights. Hence:
+
+>>> model.save_pretrained(path)                       # after convert_attention(model) and training
+>>> again = from_pretrained_converted(GPT2LMHeadModel, path)
+>>> fresh = timm.create_model(...); load_converted(fresh, torch.load("ckpt.pt"), stiefel=True)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .mha import ConversionReport, convert_attention
+
+__all__ = ["load_converted", "from_pretrained_converted"]
+
+
+def load_converted(
+    model: nn.Module, state_dict: dict[str, torch.Tensor], *, stiefel: bool = True, logit_scale: str = "fixed"
+) -> ConversionReport:
+    """Convert a freshly built ``model`` (as the saved one was, same options) and load ``state_dict``
+    into it, in place.
+
+    Keys missing from ``state_dict`` are allowed only for tensors tied to a loaded one (GPT-2's
+    ``lm_head.weight`` is ``wte.weight``; ``save_pretrained`` stores it once); any other missing or
+    unexpected key raises ``ValueError``, so a checkpoint of an unconverted model, or one converted
+    with other options, is refused instead of half-loaded.
+
+    Returns:
+        The :class:`~stiefel_mini.mha.ConversionReport` of the conversion (its polar distances are
+        those of the fresh model's weights, which the load then replaces).
+    """
+    report = convert_attention(model, stiefel=stiefel, logit_scale=logit_scale)
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    tensors = model.state_dict(keep_vars=True)
+    loaded = {id(tensors[k]) for k in state_dict if k in tensors}
+    untied = [k for k in missing if id(tensors[k]) not in loaded]
+    if untied or unexpected:
+        raise ValueError(
+            f"the state dict does not fit the model converted with stiefel={stiefel}, "
+            f"logit_scale={logit_scale!r}: missing {untied[:5]}, unexpected {list(unexpected)[:5]}; "
+            "save a model converted with these options, or pass the options it was converted with"
+        )
+    return report
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors ``save_pretrained`` wrote to ``path``: ``model.safetensors`` or its shards."""
+    from safetensors.torch import load_file  # installed with transformers
+
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    elif (path / "model.safetensors").exists():
+        files = ["model.safetensors"]
+    else:
+        raise ValueError(f"{path} holds no model.safetensors (or index): save the model with save_pretrained")
+    state: dict[str, torch.Tensor] = {}
+    for name in files:
+        state.update(load_file(str(path / name)))
+    return state
+
+
+def from_pretrained_converted(model_class: Any, path: str | Path, **config_kwargs: Any) -> nn.Module:
+    """The converted Hugging Face model that ``save_pretrained`` wrote to the local folder ``path``.
+
+    Builds ``model_class`` (e.g. ``GPT2LMHeadModel``) from the saved config, converts it with the
+    options recorded in ``config.stiefel_attention`` by :func:`~stiefel_mini.mha.convert_attention`
+    and loads the saved tensors with :func:`load_converted`. The model comes back in eval mode, as
+    from ``from_pretrained``. ``config_kwargs`` override config entries (e.g. ``attn_implementation``).
+    """
+    path = Path(path)
+    config = model_class.config_class.from_pretrained(str(path), **config_kwargs)
+    options = getattr(config, "stiefel_attention", None)
+    if not isinstance(options, dict):
+        raise ValueError(
+            f"the config in {path} has no stiefel_attention entry, so the model was not converted "
+            f"before it was saved: load it with {model_class.__name__}.from_pretrained"
+        )
+    model = model_class(config)
+    load_converted(model, _read_weights(path), **options)
+    return model.eval()

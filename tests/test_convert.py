@@ -1,0 +1,257 @@
+"""convert_attention on timm and Hugging Face models: tiny, randomly initialised models built from
+configs (no weights are downloaded). Each family: the unconstrained conversion computes exactly
+what the model computed; the Stiefel one trains with StiefelAdam on frames that stay frames; the KV
+cache, torch.compile and the unsupported layouts."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from stiefel_mini.geometry import orthogonality_error
+from stiefel_mini.groups import frame_parameters, param_groups
+from stiefel_mini.mha import convert_attention
+from stiefel_mini.optim import StiefelAdam
+from stiefel_mini.projection import FrameProjection
+
+timm = pytest.importorskip("timm")
+transformers = pytest.importorskip("transformers")
+
+WIDTH, HEADS, KV_HEADS, VOCAB, T = 32, 4, 2, 40, 8
+
+
+def _timm_vit(qk_norm: bool = False) -> nn.Module:
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(img_size=16, patch_size=8, embed_dim=WIDTH, depth=2, num_heads=HEADS,
+                             num_classes=5, qkv_bias=True, qk_norm=qk_norm)
+
+
+def _gpt2() -> nn.Module:
+    cfg = transformers.GPT2Config(n_embd=WIDTH, n_layer=2, n_head=HEADS, vocab_size=VOCAB, n_positions=32,
+                                  bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def _llama() -> nn.Module:
+    cfg = transformers.LlamaConfig(hidden_size=WIDTH, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, vocab_size=VOCAB,
+                                   max_position_embeddings=32, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def _bert() -> nn.Module:
+    cfg = transformers.BertConfig(hidden_size=WIDTH, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=HEADS, vocab_size=VOCAB, max_position_embeddings=32)
+    return transformers.BertModel(cfg, add_pooling_layer=False)
+
+
+def _hf_vit() -> nn.Module:
+    cfg = transformers.ViTConfig(hidden_size=WIDTH, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=HEADS, image_size=16, patch_size=8, num_labels=5)
+    return transformers.ViTForImageClassification(cfg)
+
+
+# name -> (builder, the model's output as one tensor, key heads per layer)
+MODELS = {
+    "timm_vit": (_timm_vit, lambda m, x: m(x), HEADS),
+    "timm_vit_qk_norm": (lambda: _timm_vit(qk_norm=True), lambda m, x: m(x), HEADS),
+    "gpt2": (_gpt2, lambda m, x: m(x).logits, HEADS),
+    "llama_gqa": (_llama, lambda m, x: m(x).logits, KV_HEADS),
+    "bert": (_bert, lambda m, x: m(x).last_hidden_state, HEADS),
+    "hf_vit": (_hf_vit, lambda m, x: m(x).logits, HEADS),
+}
+IMAGES = ("timm_vit", "timm_vit_qk_norm", "hf_vit")
+
+
+def _build(name: str, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return MODELS[name][0]()
+
+
+def _inputs(name: str, batch: int = 4) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    if name in IMAGES:
+        return torch.randn(batch, 3, 16, 16, generator=g)
+    return torch.randint(1, VOCAB, (batch, T), generator=g)
+
+
+def _out(name: str, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return MODELS[name][1](model, x)
+
+
+def _loss(name: str, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A small synthetic task: next-token prediction on a fixed batch (language models), fixed random
+    labels (image classifiers), fixed random targets for the mean hidden state (BERT)."""
+    out = _out(name, model, x)
+    g = torch.Generator().manual_seed(2)
+    if name in ("gpt2", "llama_gqa"):
+        return nn.functional.cross_entropy(out[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1))
+    if name == "bert":
+        return (out.mean(dim=1) - torch.randn(out.shape[0], WIDTH, generator=g)).pow(2).mean()
+    return nn.functional.cross_entropy(out, torch.randint(0, 5, (out.shape[0],), generator=g))
+
+
+def _max_orthogonality_error(model: nn.Module) -> float:
+    return max(float(orthogonality_error(p.detach()).max()) for p in frame_parameters(model))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_unconstrained_conversion_computes_what_the_model_computed(name):
+    model = _build(name).eval()
+    x = _inputs(name)
+    with torch.no_grad():
+        before = _out(name, model, x)
+        report = convert_attention(model, stiefel=False)
+        after = _out(name, model, x)
+    assert len(report.layers) == 2 and report.num_frames == 0 and list(frame_parameters(model)) == []
+    assert torch.equal(after, before)
+    assert {g["name"] for g in param_groups(model)} >= {"qk"}  # Q/K weights still told apart
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_stiefel_conversion_makes_per_head_frames_and_reports_each_layer(name):
+    model = _build(name)
+    report = convert_attention(model)
+    kv = MODELS[name][2]
+    assert [layer.kv_heads for layer in report.layers] == [kv, kv]
+    assert report.num_frames == 2 * (HEADS + kv)
+    shapes = sorted(tuple(p.shape) for p in frame_parameters(model))
+    assert shapes == sorted([(HEADS, WIDTH, WIDTH // HEADS), (kv, WIDTH, WIDTH // HEADS)] * 2)
+    assert _max_orthogonality_error(model) < 1e-5
+    text = str(report)
+    for layer in report.layers:
+        assert layer.name in text and layer.q_polar_distance > 0 and layer.k_polar_distance > 0
+        # The weights start at std 0.02, so the polar map scales every logit up by about 1 / 0.02^2 ...
+        assert "fixed: logits x" in layer.logit_note(True) and layer.qk_gain < 0.1
+    assert ("QK-norm" in text) == (name == "timm_vit_qk_norm")
+    frames = next(g for g in param_groups(model) if g["name"] == "frames")
+    assert len(frames["params"]) == 4 and frames["stiefel"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_second_conversion_changes_nothing(name):
+    model = _build(name)
+    convert_attention(model)
+    frames = [p.detach().clone() for p in frame_parameters(model)]
+    report = convert_attention(model)
+    assert report.layers == [] and "nothing changed" in str(report)
+    assert all(torch.equal(a, b) for a, b in zip(frames, frame_parameters(model), strict=True))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
+def test_learned_logit_scale_keeps_the_model_close_to_what_it_was(name):
+    x = _inputs(name)
+    outs = {}
+    for scale in ("fixed", "learned"):
+        model = _build(name).eval()
+        with torch.no_grad():
+            before = _out(name, model, x)
+            report = convert_attention(model, logit_scale=scale)
+            outs[scale] = float((_out(name, model, x) - before).abs().max())
+    # ... and a learned per-head scale started at the singular values takes that back.
+    assert outs["learned"] < 0.1 * outs["fixed"]
+    assert all(layer.logit_note(True).startswith("learned, starts x") for layer in report.layers)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_twenty_stiefel_adam_steps_keep_the_frames_on_the_manifold_and_lower_the_loss(name):
+    model = _build(name).train()
+    convert_attention(model, logit_scale="learned")
+    x = _inputs(name, batch=8)
+    opt = StiefelAdam(param_groups(model, weight_decay=0.01, frame_options={"lr": 3e-2}), lr=3e-3)
+    losses = []
+    for _ in range(20):
+        opt.zero_grad()
+        loss = _loss(name, model, x)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        assert _max_orthogonality_error(model) < 1e-5
+    assert losses[-1] < 0.9 * losses[0], losses
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
+def test_generation_with_the_kv_cache_gives_the_logits_of_generation_without_it(name):
+    model = _build(name).eval()
+    convert_attention(model, logit_scale="learned")
+    ids = _inputs(name, batch=2)[:, :5]
+    runs = [model.generate(ids, max_new_tokens=4, do_sample=False, use_cache=cache, output_logits=True,
+                           return_dict_in_generate=True, pad_token_id=0) for cache in (True, False)]
+    assert torch.equal(runs[0].sequences, runs[1].sequences)
+    for with_cache, without in zip(runs[0].logits, runs[1].logits):
+        torch.testing.assert_close(with_cache, without, atol=1e-5, rtol=1e-5)
+
+
+def test_torch_compile_traces_a_converted_model():
+    if not torch._dynamo.is_dynamo_supported():
+        pytest.skip("torch.compile (dynamo) is not supported on this Python / platform")
+    torch._dynamo.reset()
+    model = _build("timm_vit").eval()
+    convert_attention(model)
+    x = _inputs("timm_vit", batch=2)
+    # aot_eager: dynamo and AOTAutograd without inductor's C++ code generation (slow on this CPU).
+    compiled = torch.compile(model, backend="aot_eager")
+    out = compiled(x)
+    torch.testing.assert_close(out, model(x))
+    out.sum().backward()
+    assert all(p.grad is not None for p in frame_parameters(model))
+
+
+def test_dtype_device_and_mode_are_kept():
+    model = _build("llama_gqa").to(torch.bfloat16).eval()
+    convert_attention(model)
+    proj = model.model.layers[0].self_attn.q_proj
+    assert isinstance(proj, FrameProjection) and proj.q_weight.dtype == torch.bfloat16 and not proj.training
+    assert _out("llama_gqa", model, _inputs("llama_gqa")).dtype == torch.bfloat16
+
+
+def _projections(model: nn.Module) -> list[type]:
+    return [type(m) for m in model.modules() if isinstance(m, (nn.Linear, FrameProjection))]
+
+
+def test_interleaved_qkv_is_refused_with_the_module_and_its_class():
+    cfg = transformers.GPTNeoXConfig(hidden_size=WIDTH, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=HEADS, vocab_size=VOCAB, max_position_embeddings=32)
+    model = transformers.GPTNeoXForCausalLM(cfg)
+    with pytest.raises(ValueError, match=r"gpt_neox\.layers\.0\.attention \(transformers\.models\.gpt_neox\."
+                                         r"modeling_gpt_neox\.GPTNeoXAttention\).*interleaved.*supported: "):
+        convert_attention(model)
+
+
+def test_gpt2_cross_attention_is_refused_and_nothing_is_changed():
+    cfg = transformers.GPT2Config(n_embd=WIDTH, n_layer=1, n_head=HEADS, vocab_size=VOCAB, n_positions=32,
+                                  add_cross_attention=True)
+    model = transformers.GPT2LMHeadModel(cfg)
+    with pytest.raises(ValueError, match=r"transformer\.h\.0\.crossattention .*GPT2Attention.*cross-attention"):
+        convert_attention(model)
+    assert not any(isinstance(m, FrameProjection) for m in model.modules())  # self-attention untouched too
+
+
+def test_heads_that_do_not_divide_the_projection_are_refused():
+    model = _build("timm_vit")
+    model.blocks[1].attn.num_heads = 3  # 3 heads cannot split 32 columns of Q
+    before = _projections(model)
+    with pytest.raises(ValueError, match=r"blocks\.1\.attn \(timm\.layers\.attention\.Attention\).*not 3 heads of size 8"):
+        convert_attention(model)
+    assert _projections(model) == before
+
+
+def test_a_query_projection_wider_than_the_declared_heads_is_refused():
+    model = _build("llama_gqa")
+    model.model.layers[1].self_attn.q_proj = nn.Linear(WIDTH, 2 * WIDTH)  # queries and gates in one
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.self_attn .*from 32 to 64 features, which is not 4 heads"):
+        convert_attention(model)
+    assert not any(isinstance(m, FrameProjection) for m in model.modules())
+
+
+def test_cross_attention_from_inputs_of_another_size_is_refused():
+    model = _build("llama_gqa")
+    attn = model.model.layers[0].self_attn
+    attn.k_proj = nn.Linear(16, KV_HEADS * WIDTH // HEADS)  # keys from 16 features, queries from 32
+    with pytest.raises(ValueError, match=r"model\.layers\.0\.self_attn .*LlamaAttention.*cross-attention with keys "
+                                         r"of size 16"):
+        convert_attention(model)

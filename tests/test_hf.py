@@ -1,0 +1,68 @@
+"""Reloading converted models: state_dict round trips (timm, BERT, Llama) and save_pretrained +
+from_pretrained_converted (GPT-2, Llama), on tiny models built from configs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stiefel_mini.groups import frame_parameters, param_groups
+from stiefel_mini.hf import from_pretrained_converted, load_converted
+from stiefel_mini.mha import convert_attention
+from stiefel_mini.optim import StiefelAdam
+
+pytest.importorskip("timm")
+transformers = pytest.importorskip("transformers")
+
+from test_convert import _build, _inputs, _loss, _max_orthogonality_error, _out  # noqa: E402
+
+
+def _trained(name: str, **options) -> torch.nn.Module:
+    """A converted model after 2 steps, so that its frames are no longer those a fresh conversion gives."""
+    model = _build(name)
+    convert_attention(model, **options)
+    opt = StiefelAdam(param_groups(model, frame_options={"lr": 5e-2}), lr=1e-2)
+    for _ in range(2):
+        opt.zero_grad()
+        _loss(name, model, _inputs(name)).backward()
+        opt.step()
+    return model.eval()
+
+
+@pytest.mark.parametrize("name", ["timm_vit", "bert", "llama_gqa"])
+def test_state_dict_round_trip_through_a_fresh_converted_model(name):
+    model = _trained(name, logit_scale="learned")
+    x = _inputs(name)
+    fresh = _build(name, seed=7).eval()  # other random weights, so only the load can make them equal
+    load_converted(fresh, model.state_dict(), logit_scale="learned")
+    with torch.no_grad():
+        assert torch.equal(_out(name, fresh, x), _out(name, model, x))
+    assert [p.shape for p in frame_parameters(fresh)] == [p.shape for p in frame_parameters(model)]
+
+
+def test_a_state_dict_converted_with_other_options_is_refused():
+    model = _trained("llama_gqa", logit_scale="learned")
+    with pytest.raises(ValueError, match=r"unexpected \[.*log_scale"):
+        load_converted(_build("llama_gqa"), model.state_dict(), logit_scale="fixed")
+    with pytest.raises(ValueError, match="missing"):
+        load_converted(_build("llama_gqa"), _build("llama_gqa").state_dict())  # an unconverted model's
+
+
+@pytest.mark.parametrize("name, cls", [("gpt2", "GPT2LMHeadModel"), ("llama_gqa", "LlamaForCausalLM")])
+def test_save_pretrained_and_from_pretrained_converted_give_the_same_model(name, cls, tmp_path):
+    model = _trained(name)
+    model.save_pretrained(tmp_path)
+    again = from_pretrained_converted(getattr(transformers, cls), tmp_path)
+    assert again.config.stiefel_attention == {"stiefel": True, "logit_scale": "fixed"}
+    assert not again.training and _max_orthogonality_error(again) < 1e-5
+    x = _inputs(name)
+    with torch.no_grad():
+        assert torch.equal(_out(name, again, x), _out(name, model, x))
+    if name == "gpt2":  # the tied output layer is still tied after the load
+        assert again.lm_head.weight is again.transformer.wte.weight
+
+
+def test_from_pretrained_converted_refuses_an_unconverted_checkpoint(tmp_path):
+    _build("gpt2").save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="not converted before it was saved"):
+        from_pretrained_converted(transformers.GPT2LMHeadModel, tmp_path)
