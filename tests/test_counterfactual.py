@@ -35,7 +35,7 @@ DIRECTION = re.compile(r"\b(higher|lower|sooner|later|earlier|faster|slower|fewe
                        r"widens?|wider|narrower|farther|further)\b", re.I)
 NAMES = {"cifar": (("A0", "AdamW"), ("A1", "StiefelAdam")), "grokking": (("adamw", "AdamW"), ("stiefel_learned",))}
 """How each exchanged arm is named in prose: a sentence naming both arms of a pair is about them."""
-STATUS = re.compile(r"\b(resolved|resolves?|resolving|leans?|confirm(?:ed|s)?|contradict(?:ed|s)?|needs?|held|holds|"
+STATUS = re.compile(r"\b(resolved|resolves?|resolving|leans?|confirm(?:ed|s)?|contradict(?:ed|s)?|needs?|held|"
                     r"reproduced?|decides?|settles?)\b", re.I)
 RESULT_WORDS = re.compile(r"(\b\d+\s*/\s*\d+ wins\b|\bthe runs (?:lean|show|favour) (?:against|towards|that)\b|"
                           r"\bresolved once corrected\b|\bgroks? (?:sooner|later) than\b)", re.I)
@@ -132,7 +132,17 @@ def _flipping_claims() -> set[str]:
     return {c.key for c in CLAIMS for fam in c.primaries[:1] for comp in fam if frozenset((comp.a, comp.b)) in pairs}
 
 
+ARM_NAMES = sorted({n for pair in NAMES.values() for side in pair for n in side}, key=len, reverse=True)
+ARM_RX = re.compile(r"(?<![\w'])(" + "|".join(map(re.escape, ARM_NAMES)) + r")(?![\w'])")
+
+
 def _words(text: str, rx: re.Pattern) -> list[str]:
+    """The words of ``rx`` in ``text`` and, for direction words, the arm names among them in order
+    ("`adamw` ahead" and "`stiefel_learned` ahead" differ)."""
+    if rx is DIRECTION:
+        found = sorted([(m.start(), m.group(0).lower()) for m in rx.finditer(text)]
+                       + [(m.start(), m.group(0)) for m in ARM_RX.finditer(text)])
+        return [w for _, w in found] if any(rx.fullmatch(w) for _, w in found) else []
     return sorted(m.group(0).lower() for m in rx.finditer(text))
 
 
@@ -147,7 +157,10 @@ def _sentences(nb) -> list[tuple[int, int, str]]:
 
 
 def _about_pair(sentence: str) -> bool:
-    """Does the sentence name both arms of an exchanged pair?"""
+    """Does the sentence name both arms of an exchanged pair (and say something of one against the
+    other: a statement of both arms alike, "for both arms", holds whichever is which)?"""
+    if re.search(r"\b(?:both|either) arms?\b", sentence):
+        return False
     has = lambda names: any(re.search(rf"(?<![\w']){re.escape(n)}(?![\w'])", sentence) for n in names)  # noqa: E731
     return any(has(a) and has(b) for a, b in NAMES.values())
 
