@@ -138,7 +138,9 @@ def _named_commits(results: Path) -> Iterable[str]:
         if path.name == LEDGER:
             continue
         payload = load_results(path)
-        for r in payload.get("runs", []) if isinstance(payload.get("runs"), list) else []:
+        if not isinstance(payload.get("runs"), list):
+            continue  # a benchmark or chapter timing: no run to confirm anything
+        for r in payload["runs"]:
             if r.get("git_commit"):
                 yield r["git_commit"]
         for p in invocations(payload):
@@ -148,7 +150,7 @@ def _named_commits(results: Path) -> Iterable[str]:
 
 def write(results: str | Path = CHECKOUT_RESULTS) -> Path:
     """Rewrite ``results/ledger.json``: the commit time of every claim's declaring commit and of
-    every commit a run or sweep of ``results/`` names, from git. ``ValueError`` if git lacks one."""
+    every commit a run or sweep of an experiment's results file names, from git. ``ValueError`` if git lacks one."""
     from stiefel_mini.evidence.claims import CLAIMS
 
     results = Path(results)
