@@ -211,8 +211,13 @@ def test_use_chapter_keeps_benchmark_provenance_in_a_collapsed_block(name):
 def test_intro_states_aims_links_the_paper_and_promises_only_what_is_true():
     cells = _cells("intro")
     first = _source(cells[0])
-    assert ":class: tip learning-aims" in first, "intro: no aims block in the first cell"
     assert "https://arxiv.org/abs/2609.19363" in first and "{cite" in first, "intro: the paper, linked and cited"
+    # The verdict table and its figure come first (the first screen answers the question); the aims
+    # open the section that follows them.
+    md = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown"]
+    aims = next((i for i in md if ":class: tip learning-aims" in _source(cells[i])), None)
+    table = next(i for i, c in enumerate(cells) if "evidence.summary_html(VERDICTS" in _source(c))
+    assert aims is not None and table < aims <= table + 8, "intro: no aims block right after the verdicts"
     text = "\n".join(_source(c) for c in cells)
     with_exercises = {
         p.stem for p in NOTEBOOKS
