@@ -121,6 +121,8 @@ R1 = "first study, shared lr 1e-3, 6 epochs"
 GROK_LONG = ("grokking/r2_long.json",)
 GROK_REGIME = "p = 59, 8,000 steps, learned temperature"
 GROK_END = ("grokking/endpoint.json",)
+# frozen_learned of the endpoint study, in its own file so that neither file passes 2 MB.
+GROK_END_FROZEN = GROK_END + ("grokking/endpoint_frozen.json",)
 GROK_END_REGIME = "p = 59, 20,000 steps (the paper's epochs), learned temperature"
 
 
@@ -197,7 +199,7 @@ CLAIMS: tuple[Claim, ...] = (
                      Comparison("stiefel_learned − adamw, steps at ≥ 95%", GROK_END_REGIME, GROK_END, "adamw",
                                 "stiefel_learned", metric="metrics.steps_above95", scale=1.0, unit="steps"),
                      Comparison("stiefel_learned − frozen_learned, final validation accuracy", GROK_END_REGIME,
-                                GROK_END, "frozen_learned", "stiefel_learned", metric="metrics.final_val_acc"),
+                                GROK_END_FROZEN, "frozen_learned", "stiefel_learned", metric="metrics.final_val_acc"),
                      Comparison("stiefel_learned − adamw, final validation accuracy", GROK_REGIME, GROK_LONG,
                                 "adamw", "stiefel_learned", metric="metrics.final_val_acc"),
                      Comparison("stiefel_learned − adamw, falls of ≥ 10 points", GROK_REGIME, GROK_LONG, "adamw",

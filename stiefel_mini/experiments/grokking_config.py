@@ -144,11 +144,14 @@ SWEEPS: dict[str, SweepConfig] = {
     "r2_wd": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"), out="results/grokking/r2_wd.json",
                          preset="long", history_points=400, repro_arm="stiefel_learned", repro_steps=100,
                          weight_decays=(0.1, 0.3, 1.0, 3.0), reuse="results/grokking/r2_long.json"),
-    # The endpoint study: the paper's 20,000 epochs at p = 59, 8 paired seeds, every evaluation kept
-    # (frozen_learned on seeds 0-2 into the same file: --arms frozen_learned --seeds 0 1 2).
+    # The endpoint study: the paper's 20,000 epochs at p = 59, 8 paired seeds, every evaluation kept.
     "endpoint": SweepConfig(seeds=tuple(range(8)), arms=("adamw", "stiefel_learned"),
                             out="results/grokking/endpoint.json", preset="endpoint", history_points=2000,
                             repro_arm="stiefel_learned", repro_steps=100),
+    # Its frozen_learned arm on seeds 0-2, in a file of its own (one file of 19 runs would pass 2 MB).
+    "endpoint_frozen": SweepConfig(seeds=(0, 1, 2), arms=("frozen_learned",),
+                                   out="results/grokking/endpoint_frozen.json", preset="endpoint",
+                                   history_points=2000, repro_arm="stiefel_learned", repro_steps=100),
     # The peer curve: Nanda et al.'s p = 113 recipe (20,000 steps), every evaluation kept.
     "nanda": SweepConfig(seeds=(0, 1, 2), arms=("adamw", "stiefel_learned"), out="results/grokking/nanda.json",
                          preset="reference", history_points=2000, repro_arm="stiefel_learned", repro_steps=100),
