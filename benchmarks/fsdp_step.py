@@ -101,11 +101,6 @@ def time_steps(opt: torch.optim.Optimizer, steps: int, device: str) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def ratio(num: list[float], den: list[float]) -> str:
-    r = stats.paired_ratio(num, den)
-    return f"{r['median']:.2f}x ({r['low']:.2f}-{r['high']:.2f})"
-
-
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--widths", type=int, nargs="+", default=[256, 512])
@@ -167,7 +162,7 @@ def run(args: argparse.Namespace, cuda: bool) -> dict:
             for what in ("frame rule", "StiefelAdam", "AdamW"):
                 one, many = t[f"{what}/unsharded"], t[f"{what}/sharded"]
                 print(f"| {width} | {r} | {what} | {min(one) * 1e3:.2f} | {min(many) * 1e3:.2f} | "
-                      f"{ratio(many, one)} |", flush=True)
+                      f"{stats.paired_ratio_text(many, one)} |", flush=True)
             print(f"| {width} | {r} | its check alone | | {min(t['check/sharded']) * 1e3:.2f} | |", flush=True)
         if args.out:
             save_results(args.out, record)

@@ -89,11 +89,6 @@ def time_steps(model: nn.Module, opt, loss, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def paired_ratio(num: list[float], den: list[float]) -> str:
-    r = stats.paired_ratio(num, den)
-    return f"{r['median']:.2f}x ({r['low']:.2f}-{r['high']:.2f})"
-
-
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
@@ -128,8 +123,8 @@ def main(argv: list[str] | None = None) -> dict:
                 times[a].append(time_steps(*arms[a], args.steps))
         best = {a: 1e3 * min(t) for a, t in times.items()}
         print(f"| {name} | {best['original']:.1f} | {best['converted']:.1f} | {best['converted, AdamW']:.1f} | "
-              f"{paired_ratio(times['converted'], times['original'])} | "
-              f"{paired_ratio(times['converted, AdamW'], times['original'])} |")
+              f"{stats.paired_ratio_text(times['converted'], times['original'])} | "
+              f"{stats.paired_ratio_text(times['converted, AdamW'], times['original'])} |")
         record["timing"].append({"model": name, "seconds_per_step": times})
     if args.out:
         save_results(args.out, record)

@@ -171,12 +171,6 @@ def bench_step(names: list[str], width: int, args: argparse.Namespace) -> dict[s
     return times
 
 
-def paired_ratio(num: list[float], den: list[float]) -> str:
-    """:func:`stiefel_mini.experiments.stats.paired_ratio` as ``"median x (low-high)"``."""
-    r = stats.paired_ratio(num, den)
-    return f"{r['median']:.2f}x ({r['low']:.2f}-{r['high']:.2f})"
-
-
 def drift(name: str, steps: int, width: int, heads: int, device: str) -> tuple[float, float]:
     """Largest ``||W^T W - I||_F`` over the frames of one block after ``steps`` float32 steps,
     evaluated in float64 (the frames' own error) and in float32 (whose rounding of the Gram matrix
@@ -270,8 +264,8 @@ def timing_table(names: list[str], args: argparse.Namespace, rows: list, save: C
         save()
         best = {n: min(t) for n, t in times.items()}
         ms = " | ".join(f"{best[n] * 1e3:.2f} ({best[n] / best['AdamW']:.2f}x)" for n in names)
-        vs = " | ".join(paired_ratio(times[n], times["StiefelAdam"]) for n in others)
-        cells = [str(width), ms, paired_ratio(times["StiefelAdam"], times["floor"]), *([vs] if others else [])]
+        vs = " | ".join(stats.paired_ratio_text(times[n], times["StiefelAdam"]) for n in others)
+        cells = [str(width), ms, stats.paired_ratio_text(times["StiefelAdam"], times["floor"]), *([vs] if others else [])]
         print("| " + " | ".join(cells) + " |", flush=True)
 
 

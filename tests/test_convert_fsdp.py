@@ -14,7 +14,6 @@ from another head's gradient, or a missed step, fails it.
 from __future__ import annotations
 
 import os
-import socket
 from datetime import timedelta
 
 import pytest
@@ -26,6 +25,7 @@ from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.groups import frame_parameters, param_groups
 from stiefel_mini.mha import convert_attention
 from stiefel_mini.optim import StiefelAdam
+from tests.ports import free_port
 
 transformers = pytest.importorskip("transformers")
 
@@ -78,14 +78,8 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_sharded_converted_llama_matches_one_process(tmp_path):
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
     reference = _model()
     _train(reference)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD_SIZE)]

@@ -9,7 +9,6 @@ and checks exactly that, plus that the frames stay on the manifold.
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 
 import pytest
@@ -22,14 +21,9 @@ from stiefel_mini.attention import frame_parameters, param_groups
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.mha import convert_attention
 from stiefel_mini.optim import StiefelAdam
+from tests.ports import free_port
 
 WORLD_SIZE, STEPS = 2, 4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Tiny(nn.Module):
@@ -70,7 +64,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is not available")
 def test_ddp_two_cpu_ranks_keep_identical_frames_on_the_manifold():
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(_free_port(), out_dir), nprocs=WORLD_SIZE, join=True)
+        mp.spawn(_worker, args=(free_port(), out_dir), nprocs=WORLD_SIZE, join=True)
         results = [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=True) for r in range(WORLD_SIZE)]
     frames0, frames1 = results[0]["frames"], results[1]["frames"]
     assert len(frames0) == 2  # q_weight and k_weight, (4, 4, 16) each

@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 import subprocess
 import sys
 from datetime import timedelta
@@ -43,6 +42,7 @@ from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.mha import StiefelMultiheadAttention
 from stiefel_mini.optim import StiefelAdam
 from stiefel_mini.vit import Block
+from tests.ports import free_port
 
 pytestmark = [
     pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -259,12 +259,6 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The unsharded reference, the 2-rank runs and the 2 -> 1 reshard, run once for all tests."""
@@ -278,7 +272,7 @@ def runs(tmp_path_factory):
             _save(model, opt, os.path.join(out_dir, "ckpt1_h4"))
         _train(model, opt, range(RESUME_AT, STEPS))
         reference[n_heads] = _snapshot(model, opt)
-    mp.spawn(_worker, args=(_free_port(), out_dir), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_worker, args=(free_port(), out_dir), nprocs=WORLD_SIZE, join=True)
     ranks = [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(WORLD_SIZE)]
     model = _model(4)
     opt = _optimizer(model)

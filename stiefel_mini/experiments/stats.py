@@ -31,7 +31,7 @@ import numpy as np
 import scipy.stats
 
 __all__ = ["values", "summarize", "paired_differences", "t_quantile", "t_interval", "sign_test", "smallest_p",
-           "wilcoxon_signed_rank", "holm", "holm_tarone", "median_interval", "paired_ratio", "wins", "compare"]
+           "wilcoxon_signed_rank", "holm", "holm_tarone", "median_interval", "paired_ratio", "paired_ratio_text", "wins", "compare"]
 
 
 def values(xs: Iterable[float | None], *, censored: bool = False) -> np.ndarray:
@@ -272,6 +272,13 @@ def paired_ratio(num: Iterable[float], den: Iterable[float]) -> dict:
         raise ValueError(f"paired_ratio needs two equally long, non-empty series; got {len(num)} and {len(den)}")
     r = np.array([a / b for a, b in zip(num, den)], dtype=float)
     return {"median": float(np.median(r)), "low": float(r.min()), "high": float(r.max()), "n": int(r.size)}
+
+
+
+def paired_ratio_text(num: Iterable[float], den: Iterable[float]) -> str:
+    """:func:`paired_ratio` as a benchmark table prints it: ``"1.50x (1.20-2.00)"`` (median, range)."""
+    r = paired_ratio(num, den)
+    return f"{r['median']:.2f}x ({r['low']:.2f}-{r['high']:.2f})"
 
 
 def wins(a: Iterable[float | None], b: Iterable[float | None], *, lower_is_better: bool = True,
