@@ -79,6 +79,16 @@ def test_only_runs_after_the_declaration_on_unchosen_seeds_confirm(tmp_path):
     assert conf["status"] == "not confirmed"
 
 
+def test_a_ratio_family_with_an_unrun_regime_waits_for_it(tmp_path):
+    # the step ratio's family: fresh seeds for the best-lr regime only, none of the shared-lr study
+    write_ledger(tmp_path, {"7123eb2" + "0" * 33: "2026-12-02T14:05:00+00:00"})
+    _fitted(tmp_path, {s: "2026-12-02T20:00:00+00:00" for s in range(2, 6)})
+    conf = {v["key"]: v for v in evidence.verdicts(tmp_path)}["step_ratio"]["confirmation"]
+    assert conf["status"] == "pending" and conf["seeds"] == [2, 3, 4, 5]
+    assert ", as the primary; no fresh run yet for both at lr 1e-3: confirmation pending" in conf["text"]
+    assert "confirmed on" not in conf["text"]
+
+
 def test_pairs_on_two_machines_are_counted(tmp_path):
     write_ledger(tmp_path, {})
     runs = []

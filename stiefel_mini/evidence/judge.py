@@ -399,6 +399,17 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
     fresh, words = _family_status(c, rows)
     best = max(rows, key=lambda r: r["n"])
     runs_text = f"{best['n']} fresh paired seed{'' if best['n'] == 1 else 's'} ({', '.join(map(str, best['seeds']))})"
+    untested = [r for r in rows if not r["n"]]
+    if c.kind == "ratio" and untested:
+        # A family of regimes is confirmed only as a whole: the regimes with fresh runs are set
+        # beside their own primary row, the others wait for theirs.
+        same = all(_ratio_verdict(c, f)[0] == _ratio_verdict(c, p)[0] for f, p in zip(rows, rows_all) if f["n"])
+        waiting = "; ".join(r["label"].split(", ", 1)[-1] for r in untested)
+        out.update(status="pending" if same else "not confirmed",
+                   text=f"{day}; on {runs_text} alone: {words}" +
+                        (", as the primary" if same else ", not the primary's verdict") +
+                        f"; no fresh run yet for {waiting}: confirmation pending")
+        return out
     if fresh == status and fresh not in ("not resolved", "not tested yet"):
         out.update(status="confirmed", text=f"{day}; confirmed on {runs_text} alone: {words}")
     elif fresh in ("not resolved", "not tested yet"):
