@@ -5,9 +5,10 @@ A converted model's ``state_dict`` names its frames (``...q_proj.q_weight``, ``.
 which an unconverted model does not have, so ``from_pretrained`` alone would drop them and draw new
 Q/K weights. Hence:
 
->>> model.save_pretrained(path)                       # after convert_attention(model) and training
+>>> model.save_pretrained(path)   # after convert_attention(model) and training
 >>> again = from_pretrained_converted(GPT2LMHeadModel, path)
->>> fresh = timm.create_model(...); load_converted(fresh, torch.load("ckpt.pt"), stiefel=True)
+>>> fresh = timm.create_model(...)
+>>> load_converted(fresh, torch.load("ckpt.pt"), stiefel=True)
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ of a model for one of these in place, mapping the trained Q/K weights onto the m
 polar map :func:`stiefel_mini.geometry.project`.
 
 >>> model = torchvision.models.VisionTransformer(32, 8, 2, 4, 64, 128, num_classes=10)
->>> report = convert_attention(model)       # every nn.MultiheadAttention -> Stiefel frames
->>> opt = StiefelAdam(param_groups(model, weight_decay=0.05, frame_options={"lr": 0.01}), lr=1e-3)
+>>> report = convert_attention(model)   # every nn.MultiheadAttention -> Stiefel frames
+>>> groups = param_groups(model, weight_decay=0.05, frame_options={"lr": 0.01})
+>>> opt = StiefelAdam(groups, lr=1e-3)
 """
 
 from __future__ import annotations

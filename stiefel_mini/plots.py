@@ -10,6 +10,7 @@ chapters' plotting code short and the figures readable at the width of the book'
 - :func:`arm_colors` -- one fixed colour per arm name, the same in every figure of a chapter.
 - :func:`attention_head_diagram` -- where the frames W_Q, W_K sit in one attention head.
 - :func:`step_pipeline_diagram` -- the stages of one StiefelAdam step on a frame.
+- :func:`responsive` -- a wide figure and its narrow variant; the page shows the one that fits.
 - :func:`forest` -- each claim's primary effect with its 95% interval beside the paper's number.
 - :func:`peer_curve_figure` -- grokking curves beside a reference's phases (the peer curve).
 - :func:`one_run_figure` -- the one-run-per-arm gaps and each run's endpoint below its best.
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["panels", "legend_outside", "arm_colors", "attention_head_diagram", "step_pipeline_diagram", "forest",
+__all__ = ["panels", "legend_outside", "arm_colors", "attention_head_diagram", "step_pipeline_diagram", "responsive",
+           "NARROW_WIDTH_IN", "forest",
            "FOREST_FONT_PT", "peer_curve_figure", "one_run_figure"]
 
 COLUMN_WIDTH_IN = 6.8  # inches: the column of the book's pages shows a figure this wide at natural size
@@ -98,14 +100,16 @@ PLAIN_COLOR = "0.55"
 
 
 def _flow(ax: Any, boxes: Sequence[tuple[float, float, str, str, bool]],
-          arrows: Sequence[tuple[int, int]], size: tuple[float, float]) -> None:
+          arrows: Sequence[tuple[int, int]], size: tuple[float, float]) -> list[tuple[tuple[float, float], ...]]:
     """Draw labelled boxes ``(x, y, title, detail, is_frame)`` (centres in data units) and arrows.
 
-    An arrow ``(i, j)`` joins box ``i`` to box ``j``, edge to edge; frame boxes are filled.
+    An arrow ``(i, j)`` joins box ``i`` to box ``j``, edge to edge; frame boxes are filled. Returns
+    each arrow's ``(start, end)`` in data units, in the order of ``arrows``.
     """
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     w, h = size
+    ends = []
     for x, y, title, detail, is_frame in boxes:
         color = FRAME_COLOR if is_frame else PLAIN_COLOR
         ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h,
@@ -123,13 +127,20 @@ def _flow(ax: Any, boxes: Sequence[tuple[float, float, str, str, bool]],
         # leave each box through the side facing the other box
         sx = (w / 2) * (1 if dx > 0 else -1) if abs(dx) * h >= abs(dy) * w else 0.0
         sy = 0.0 if sx else (h / 2) * (1 if dy > 0 else -1)
-        ax.add_patch(FancyArrowPatch((x0 + sx, y0 + sy), (x1 - sx, y1 - sy), arrowstyle="-|>",
-                                     mutation_scale=12, color="0.25", lw=1.2, shrinkA=2, shrinkB=2))
+        ends.append(((x0 + sx, y0 + sy), (x1 - sx, y1 - sy)))
+        ax.add_patch(FancyArrowPatch(*ends[-1], arrowstyle="-|>", mutation_scale=12, color="0.25", lw=1.2,
+                                     shrinkA=2, shrinkB=2))
     ax.set_aspect("equal")
     ax.axis("off")
+    return ends
 
 
-def attention_head_diagram(width: float = COLUMN_WIDTH_IN):
+NARROW_WIDTH_IN = 3.6
+"""inches: the narrow variant of a diagram. A phone's column (about 360 px at 400 px wide) shows it
+at about natural size, so its 9-10 pt text stays at 12 px or more."""
+
+
+def attention_head_diagram(width: float | None = None, narrow: bool = False):
     r"""Where the Stiefel frames sit in one attention head: a block diagram (matplotlib).
 
     Tokens ``x`` (T x n, n = d_model) go through the query and key projections ``W_Q^h``,
@@ -137,58 +148,152 @@ def attention_head_diagram(width: float = COLUMN_WIDTH_IN):
     :math:`\ell_{ij} = s_h\, x_i^\top W_Q^h W_K^{h\top} x_j`, the softmax, the values ``W_V^h``
     and the output projection ``W_O`` (ordinary weights, open boxes).
 
+    Args:
+        width: figure width in inches (default :data:`COLUMN_WIDTH_IN`, or :data:`NARROW_WIDTH_IN`
+            for the narrow variant).
+        narrow: the same boxes and arrows stacked top to bottom in two columns, for a phone's column
+            (:func:`responsive` shows it in place of the wide one there).
+
     Returns:
         The ``Figure`` (one axes, no data).
     """
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(width, 0.42 * width), layout="constrained")
-    boxes = [
-        (0.0, 1.6, "tokens", r"$x$: $T \times n$", False),                       # 0
-        (2.4, 2.9, r"$W_Q^h$", r"frame in St$(n, p)$", True),                  # 1
-        (2.4, 1.6, r"$W_K^h$", r"frame in St$(n, p)$", True),                  # 2
-        (2.4, 0.3, r"$W_V^h$", r"$n \times p$, free", False),                 # 3
-        (4.8, 2.25, "logits", r"$s_h\, x W_Q^h (x W_K^h)^\top$", False),     # 4
-        (7.2, 2.25, "softmax", "rows sum to 1", False),                        # 5
-        (7.2, 0.3, "mix values", r"$T \times p$ per head", False),            # 6
-        (9.6, 0.3, r"$W_O$", r"heads $\to n$, free", False),                  # 7
-    ]
-    _flow(ax, boxes, [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (4, 5), (5, 6), (3, 6), (6, 7)], (2.0, 1.0))
-    ax.set_xlim(-1.1, 10.7)
-    ax.set_ylim(-0.3, 3.5)
-    ax.set_title("one attention head: the frames (filled) are the query and key projections")
-    return fig
+    frame = r"frame in St$(n, p)$"
+    if narrow:  # flow top to bottom; W_V reads the same tokens x (named in its box, not by a long arrow)
+        boxes = [
+            (1.3, 0.0, "tokens", r"$x$: $T \times n$", False),                    # 0
+            (0.0, -1.4, r"$W_Q^h$", frame, True),                                 # 1
+            (2.6, -1.4, r"$W_K^h$", frame, True),                                 # 2
+            (2.6, -4.2, r"$W_V^h$", r"on $x$; $n \times p$, free", False),         # 3
+            (1.3, -2.8, "logits", r"$s_h\, x W_Q^h (x W_K^h)^\top$", False),      # 4
+            (0.0, -4.2, "softmax", "rows sum to 1", False),                      # 5
+            (1.3, -5.6, "mix values", r"$T \times p$ per head", False),          # 6
+            (1.3, -7.0, r"$W_O$", r"heads $\to n$, free", False),                # 7
+        ]
+        arrows = [(0, 1), (0, 2), (1, 4), (2, 4), (4, 5), (5, 6), (3, 6), (6, 7)]
+        width, size, limits = width or NARROW_WIDTH_IN, (2.4, 0.95), ((-1.3, 3.9), (-7.6, 0.6))
+        title = "one attention head\n(filled: the frames, the query\nand key projections)"
+    else:
+        boxes = [
+            (0.0, 1.6, "tokens", r"$x$: $T \times n$", False),                     # 0
+            (2.4, 2.9, r"$W_Q^h$", frame, True),                                  # 1
+            (2.4, 1.6, r"$W_K^h$", frame, True),                                  # 2
+            (2.4, 0.3, r"$W_V^h$", r"$n \times p$, free", False),                 # 3
+            (4.8, 2.25, "logits", r"$s_h\, x W_Q^h (x W_K^h)^\top$", False),     # 4
+            (7.2, 2.25, "softmax", "rows sum to 1", False),                        # 5
+            (7.2, 0.3, "mix values", r"$T \times p$ per head", False),            # 6
+            (9.6, 0.3, r"$W_O$", r"heads $\to n$, free", False),                  # 7
+        ]
+        arrows = [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (4, 5), (5, 6), (3, 6), (6, 7)]
+        width, size, limits = width or COLUMN_WIDTH_IN, (2.0, 1.0), ((-1.1, 10.7), (-0.3, 3.5))
+        title = "one attention head: the frames (filled) are the query and key projections"
+    return _diagram(boxes, arrows, size, limits, title, width)[0]
 
 
-def step_pipeline_diagram(width: float = COLUMN_WIDTH_IN):
+def step_pipeline_diagram(width: float | None = None, narrow: bool = False):
     r"""The stages of one ``StiefelAdam`` step on a frame ``W_t``: a block diagram (matplotlib).
 
     Gradient ``G_t`` -> projection :math:`\xi_t = P_{W_t}(G_t)` -> moments ``m_t`` and one scalar
     ``v_t`` -> Adam direction ``D_t`` -> trust cap (length at most ``delta = max_step``) -> retraction
     :math:`W_{t+1} = R_{W_t}(S_t)` -> transport of ``m_t`` to the tangent space at ``W_{t+1}``, which
-    the next step's moments use.
+    the next step's moments use (the arrow labelled "next step").
+
+    Args:
+        width: figure width in inches (default :data:`COLUMN_WIDTH_IN`, or :data:`NARROW_WIDTH_IN`
+            for the narrow variant).
+        narrow: the stages in two columns read top to bottom, then bottom to top, for a phone's
+            column (:func:`responsive` shows it in place of the wide one there).
 
     Returns:
         The ``Figure`` (one axes, no data).
     """
+    if narrow:  # down the left column, up the right one, back into the moments
+        boxes = [
+            (0.0, 0.0, "gradient", r"$G_t$ at $W_t$", False),                      # 0
+            (0.0, -1.8, "project", r"$\xi_t = P_{W_t}(G_t)$", True),               # 1
+            (0.0, -3.6, "moments", r"$m_t$; one scalar $v_t$", False),             # 2
+            (0.0, -5.4, "direction", r"$D_t$, $\|D_t\|_F \approx 1$", False),      # 3
+            (2.7, -5.4, "cap the step", r"$\|S_t\|_F \leq \delta$", False),        # 4
+            (2.7, -3.6, "retract", r"$W_{t+1} = R_{W_t}(S_t)$", True),             # 5
+            (2.7, -1.8, "transport", r"$m_t$ to $T_{W_{t+1}}$", True),             # 6
+        ]
+        width, size, limits = width or NARROW_WIDTH_IN, (2.4, 0.95), ((-1.3, 4.0), (-6.0, 0.6))
+        title = "one StiefelAdam step on a frame\n(filled: uses the manifold's geometry)"
+    else:
+        boxes = [
+            (0.0, 1.75, "gradient", r"$G_t$ at $W_t$", False),                      # 0
+            (2.4, 1.75, "project", r"$\xi_t = P_{W_t}(G_t)$", True),                # 1
+            (4.8, 1.75, "moments", r"$m_t$; one scalar $v_t$", False),              # 2
+            (7.2, 1.75, "direction", r"$D_t$, $\|D_t\|_F \approx 1$", False),       # 3
+            (7.2, 0.0, "cap the step", r"$\|S_t\|_F \leq \delta$", False),         # 4
+            (4.8, 0.0, "retract", r"$W_{t+1} = R_{W_t}(S_t)$", True),               # 5
+            (2.4, 0.0, "transport", r"$m_t$ to $T_{W_{t+1}}$", True),               # 6
+        ]
+        width, size, limits = width or COLUMN_WIDTH_IN, (2.0, 1.0), ((-1.1, 8.3), (-0.6, 2.35))
+        title = "one StiefelAdam step on a frame (filled: uses the manifold's geometry)"
+    arrows = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 2)]
+    fig, ends = _diagram(boxes, arrows, size, limits, title, width)
+    # the last arrow, transport -> moments, on its side away from the box it passes closest to
+    _label_arrow(fig.axes[0], ends[-1], "next step", side="left")
+    return fig
+
+
+def _diagram(boxes, arrows, size, limits, title, width):
+    """A figure of :func:`_flow`'s boxes and arrows in the data ``limits`` ``((x0, x1), (y0, y1))``,
+    as tall as the limits' aspect asks at ``width`` inches (equal aspect, so boxes keep their shape).
+    Returns ``(fig, ends)``, ``ends`` as :func:`_flow` returns them."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(width, 0.34 * width), layout="constrained")
-    boxes = [
-        (0.0, 1.5, "gradient", r"$G_t$ at $W_t$", False),                       # 0
-        (2.4, 1.5, "project", r"$\xi_t = P_{W_t}(G_t)$", True),                 # 1
-        (4.8, 1.5, "moments", r"$m_t$; one scalar $v_t$", False),               # 2
-        (7.2, 1.5, "direction", r"$D_t$, $\|D_t\|_F \approx 1$", False),       # 3
-        (7.2, 0.0, "cap the step", r"$\|S_t\|_F \leq \delta$", False),         # 4
-        (4.8, 0.0, "retract", r"$W_{t+1} = R_{W_t}(S_t)$", True),               # 5
-        (2.4, 0.0, "transport", r"$m_t$ to $T_{W_{t+1}}$", True),               # 6
-    ]
-    _flow(ax, boxes, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 2)], (2.0, 1.0))
-    ax.text(3.7, 0.5, "next step", fontsize=9, color="0.25", ha="left", va="center")
-    ax.set_xlim(-1.1, 8.3)
-    ax.set_ylim(-0.6, 2.1)
-    ax.set_title("one StiefelAdam step on a frame (filled: uses the manifold's geometry)")
-    return fig
+    (x0, x1), (y0, y1) = limits
+    title_in = 0.2 * (title.count("\n") + 1) + 0.15
+    fig, ax = plt.subplots(figsize=(width, width * (y1 - y0) / (x1 - x0) + title_in), layout="constrained")
+    ends = _flow(ax, boxes, arrows, size)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
+    ax.set_title(title)
+    return fig, ends
+
+
+def _label_arrow(ax: Any, ends: tuple[tuple[float, float], ...], text: str, side: str) -> None:
+    """Write ``text`` beside the middle of the arrow from ``ends[0]`` to ``ends[1]`` (data units), on
+    the ``side`` (``"left"`` or ``"right"`` of the direction of travel), anchored at the text's corner
+    nearest the line so that the text clears it."""
+    import numpy as np
+
+    (xa, ya), (xb, yb) = ends
+    mid, d = np.array([(xa + xb) / 2, (ya + yb) / 2]), np.array([xb - xa, yb - ya])
+    normal = np.array([-d[1], d[0]] if side == "left" else [d[1], -d[0]]) / np.hypot(*d)
+    x, y = mid + 0.12 * normal
+    ax.text(x, y, text, fontsize=9, color="0.25", ha="left" if normal[0] >= 0 else "right",
+            va="bottom" if normal[1] >= 0 else "top")
+
+
+def responsive(wide: Any, narrow: Any, alt: str, breakpoint_px: int = 520):
+    """Show figure ``wide`` where its column is wider than ``breakpoint_px``, ``narrow`` below that.
+
+    Both are drawn now as SVG into one HTML output (no kernel needed to switch) with a CSS container
+    query on the output's width: the page shows one, and the other takes no space. ``alt`` describes
+    the figure for screen readers. Both figures are closed. Returns an ``IPython.display.HTML``.
+    """
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import HTML
+
+    def _svg(fig) -> str:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="svg")
+        plt.close(fig)
+        return base64.b64encode(buf.getvalue()).decode()
+
+    style = ("<style>.sm-responsive{container-type:inline-size}.sm-responsive img{max-width:100%;height:auto}"
+             ".sm-narrow{display:none}"
+             f"@container (max-width:{breakpoint_px}px){{.sm-wide{{display:none}}.sm-narrow{{display:block}}}}</style>")
+    imgs = "".join(f'<img class="sm-{kind}" alt="{alt}" src="data:image/svg+xml;base64,{_svg(fig)}">'
+                   for kind, fig in (("wide", wide), ("narrow", narrow)))
+    return HTML(f'{style}<div class="sm-responsive">{imgs}</div>')
 
 
 FOREST_FONT_PT = 11.5
@@ -262,7 +367,7 @@ def peer_curve_figure(runs: dict, phases: Sequence[tuple[str, int, int]], colors
         for _, _, hi in phases:
             ax.axvline(hi, color="0.5", lw=0.6, zorder=0)
     for name, lo, hi in phases:
-        axes[0].text((lo + hi) / 2, 1.04, name, ha="center", va="bottom", fontsize=8,
+        axes[0].text((lo + hi) / 2, 1.04, name, ha="center", va="bottom", fontsize=9,
                      transform=axes[0].get_xaxis_transform())
     for arm, by_seed in runs.items():
         label = (names or {}).get(arm, arm)

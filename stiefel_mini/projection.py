@@ -3,7 +3,8 @@
 ``nn.Linear``, a fused Q|K|V ``nn.Linear`` or a GPT-2 ``Conv1D``), so that the model's own attention
 code (rotary embeddings, QK-norm, SDPA, masks, the KV cache) runs on unchanged.
 
->>> proj = FrameProjection.from_weight(qkv.weight, qkv.bias, {"q": 4, "k": 4}, head_dim=16)
+>>> heads = {"q": 4, "k": 4}   # frames for the query and key heads of a fused Q|K|V layer
+>>> proj = FrameProjection.from_weight(qkv.weight, qkv.bias, heads, head_dim=16)
 >>> proj(x).shape == qkv(x).shape
 True
 """

@@ -1,6 +1,7 @@
 """The book's overview diagrams: they draw, name the right stages, and mark the frames."""
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -94,3 +95,80 @@ def test_one_run_figure_shows_every_gap_and_every_dip():
     assert [len(c.get_offsets()) for c in ax_gap.collections] == [3, 6]
     assert [len(c.get_offsets()) for c in ax_dip.collections] == [3, 3]
     plt.close(fig)
+
+
+DIAGRAMS = [attention_head_diagram, step_pipeline_diagram]
+PHONE_COLUMN_PX = 368  # the article column at a 400 px wide screen (measured in the built book)
+
+
+def _boxes_and_texts(fig):
+    """Display-space boxes of the diagram's rounded boxes and of every text (the title aside)."""
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    boxes = [p.get_window_extent() for p in ax.patches if isinstance(p, FancyBboxPatch)]
+    texts = [(t.get_text(), t.get_window_extent(), t.get_fontsize()) for t in ax.texts]
+    return ax, boxes, texts
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+@pytest.mark.parametrize("draw", DIAGRAMS)
+def test_diagram_text_sits_in_its_box_and_clear_of_every_arrow(draw, narrow):
+    from matplotlib.patches import FancyArrowPatch
+
+    fig = draw(narrow=narrow)
+    ax, boxes, texts = _boxes_and_texts(fig)
+    from matplotlib.path import Path
+
+    # each arrow's shaft and head as polylines in display space (get_path gives them in data units)
+    arrows = [Path(poly) for p in ax.patches if isinstance(p, FancyArrowPatch)
+              for poly in p.get_transform().transform_path(p.get_path()).to_polygons(closed_only=False)]
+    for text, bb, size in texts:
+        assert size >= 9, f"{text!r}: {size} pt"
+        inside = [b for b in boxes if b.contains(*bb.p0) and b.contains(*bb.p1)]
+        overlaps = [b for b in boxes if b.overlaps(bb)]
+        # a box's title and detail lie wholly inside it; a free label touches no box at all
+        assert len(inside) == 1 or not overlaps, f"{text!r} spills over a box edge"
+        for path in arrows:
+            assert not path.intersects_bbox(bb, filled=False), f"{text!r} is drawn over an arrow"
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("draw", DIAGRAMS)
+def test_narrow_diagram_fits_a_phone_column_at_natural_size(draw):
+    """The narrow variant's width in CSS px (96 per inch, as an SVG is shown) fits the phone column,
+    so its >= 9 pt text shows at >= 12 px; the wide one would show there below 0.6 of its size."""
+    narrow, wide = draw(narrow=True), draw()
+    assert narrow.get_figwidth() == plots.NARROW_WIDTH_IN
+    assert narrow.get_figwidth() * 96 <= PHONE_COLUMN_PX
+    assert PHONE_COLUMN_PX / (wide.get_figwidth() * 96) < 0.6
+    plt.close(narrow)
+    plt.close(wide)
+
+
+def test_responsive_holds_both_variants_and_switches_on_the_column_width():
+    import base64
+    import re
+
+    before = set(plt.get_fignums())
+    html = plots.responsive(step_pipeline_diagram(), step_pipeline_diagram(narrow=True), alt="the step").data
+    imgs = re.findall(r'<img class="sm-(wide|narrow)" alt="the step" src="data:image/svg\+xml;base64,([^"]+)"', html)
+    assert [kind for kind, _ in imgs] == ["wide", "narrow"]
+    widths = [float(re.search(rb'width="([\d.]+)pt"', base64.b64decode(b64)).group(1)) / 72 for _, b64 in imgs]
+    assert widths == pytest.approx([plots.COLUMN_WIDTH_IN, plots.NARROW_WIDTH_IN], abs=0.01)
+    assert "container-type:inline-size" in html and "@container (max-width:520px)" in html
+    assert set(plt.get_fignums()) == before  # both drawn and closed
+
+
+def test_book_style_keeps_text_at_9_pt_or_more_and_figures_at_most_a_column_wide():
+    """book/matplotlibrc: every font size >= 9 pt and the default figure no wider than the column,
+    so that on a phone (figures kept at >= 510 px by book.css) text shows at >= 9 px."""
+    from pathlib import Path
+
+    rc = dict(line.split(":", 1) for line in (Path(plots.__file__).parents[1] / "book" / "matplotlibrc")
+              .read_text().splitlines() if line.strip() and not line.startswith("#"))
+    rc = {k.strip(): v.strip() for k, v in rc.items()}
+    sizes = {k: float(v) for k, v in rc.items() if k.endswith("size") and k != "figure.figsize"}
+    assert sizes and min(sizes.values()) >= 9, sizes
+    width = float(rc["figure.figsize"].split(",")[0])
+    assert width <= plots.COLUMN_WIDTH_IN
+    assert 9 * 96 / 72 * 510 / (plots.COLUMN_WIDTH_IN * 96) >= 9.0
