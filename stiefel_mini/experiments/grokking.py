@@ -43,7 +43,8 @@ from stiefel_mini.attention import entropy
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_options
 from stiefel_mini.experiments.config import ConfigError, config_help, replace
 from stiefel_mini.experiments.grokking_config import (ARM_NAMES, PLANS, STUDY_ARMS, SWEEPS, GrokkingConfig,
-                                                      GrokkingModel, GrokkingOptimizer, ModularTask, SweepConfig)
+                                                      GrokkingModel, GrokkingOptimizer, ModularTask, STUDY_NAMES,
+                                                      SweepConfig)
 from stiefel_mini.experiments.grokking_metrics import (collapses, curve_bands, drops, first_step, metrics, recount,
                                                        runs_by_arm, seed_runs, stored_metrics, subsample)
 from stiefel_mini.experiments.grokking_model import (GrokkingTransformer, build_model, last_logits, make_dataset,
@@ -53,12 +54,13 @@ from stiefel_mini.experiments.records import (config_dict, cpu_description, load
 from stiefel_mini.experiments.runner import cli, parse_cli, parse_sweep_cli, resume, run_grid
 from stiefel_mini.experiments.runtime import progress, set_threads, subnormals_flushed
 from stiefel_mini.geometry import orthogonality_error
+from stiefel_mini.resources import results_path
 
 __all__ = ["ARM_NAMES", "STUDY_ARMS", "ModularTask", "GrokkingModel", "GrokkingOptimizer", "GrokkingConfig", "PLANS",
            "SweepConfig", "SWEEPS", "modular_table", "make_dataset", "GrokkingTransformer", "build_model",
            "last_logits", "match_logit_scale", "first_step", "collapses", "drops", "metrics", "stored_metrics",
            "recount", "subsample", "runs_by_arm", "seed_runs", "curve_bands", "run", "repro_record", "run_key",
-           "reusable_runs", "sweep", "merge_results", "parse_args", "main"]
+           "reusable_runs", "sweep", "merge_results", "STUDY_NAMES", "load_study", "parse_args", "main"]
 
 
 def run(cfg: GrokkingConfig) -> dict:
@@ -271,6 +273,17 @@ def merge_results(results: Sequence[dict]) -> dict:
     union = lambda key: list(dict.fromkeys(x for res in results for x in res["sweep"][key]))  # noqa: E731
     return {**first, "sweep": {**first["sweep"], "arms": union("arms"), "seeds": union("seeds")}, "runs": runs,
             "provenance_merged": [res["provenance"] for res in results]}
+
+
+def load_study(name: str) -> dict | None:
+    """The results file ``results/grokking/<name>.json`` (a key of :data:`STUDY_NAMES`), or ``None``
+    when this copy of the results lacks it (the chapters then say which study is missing)."""
+    if name not in STUDY_NAMES:
+        raise ValueError(f"unknown grokking study {name!r}: choose one of {sorted(STUDY_NAMES)}")
+    try:
+        return load_results(results_path(f"grokking/{name}.json"))
+    except FileNotFoundError:
+        return None
 
 
 def _check_arm(arm: str) -> None:

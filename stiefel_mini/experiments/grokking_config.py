@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 __all__ = ["ARM_NAMES", "STUDY_ARMS", "ModularTask", "GrokkingModel", "GrokkingOptimizer", "GrokkingConfig", "PLANS",
-           "SweepConfig", "SWEEPS"]
+           "SweepConfig", "SWEEPS", "STUDY_NAMES"]
 
 ARM_NAMES = ("adamw", "adamw_nodecay_qk", "stiefel", "frozen", "uniform")
 STUDY_ARMS = ("adamw", "stiefel_learned", "frozen_learned", "uniform", "adamw_scaled_qk", "qknorm")
@@ -160,3 +160,16 @@ SWEEPS: dict[str, SweepConfig] = {
                         out="results/grokking/tiny.json", preset="tiny", repro_arm="stiefel_learned",
                         repro_steps=10),
 }
+
+
+STUDY_NAMES: dict[str, str] = {
+    "cpu": "the first study",
+    "r2_short": "the 1,800-step study",
+    "r2_long": "the 8,000-step study",
+    "r2_wd": "the weight-decay sweep",
+    "endpoint": "the endpoint study",
+    "endpoint_frozen": "the endpoint study's frozen arm",
+    "nanda": "the peer curve",
+}
+"""Each results file of ``results/grokking/`` (without ``.json``) -> the study's name in the book's
+text, where file and plan names appear only under Reproduce."""

@@ -123,3 +123,62 @@ def test_one_search_field_and_no_empty_header_bar(visit, width):
     assert not shown["header"], f"the theme's header bar is visible at {width} px"
     assert shown["sidebar_search"] if width >= 1280 else shown["article_search"], shown
     assert shown["title_top"] < 150, shown
+
+
+# Figures on a phone (400 px): each figure is shown at >= 3/4 of its natural size, so book/matplotlibrc's
+# >= 9 pt text (12 px at natural size) stays >= 9 px. book.css keeps a wide figure at >= 510 px, scrolling
+# inside its output box; the diagrams show their narrow variant instead (stiefel_mini.plots.responsive).
+PHONE_FIGURES_JS = r"""() => Array.from(document.querySelectorAll('.cell_output img'))
+    .filter(img => img.checkVisibility() && img.naturalWidth > 0)
+    .map(img => ({src: img.src.split('/').pop().slice(0, 24), natural: img.naturalWidth,
+                  shown: Math.round(img.getBoundingClientRect().width),
+                  narrow: img.classList.contains('sm-narrow')}))"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_figure_text_is_legible_on_a_phone(visit, page):
+    figures = visit(page, 400).page.evaluate(PHONE_FIGURES_JS)
+    small = [f for f in figures if f["shown"] < 0.75 * f["natural"]]
+    assert not small, f"{page} at 400 px: figures shown below 3/4 of their size (text under 9 px): {small}"
+
+
+# Tables and code blocks at 1280 px, on every page: none wider than its box, so nothing hides behind
+# a scroll bar (a long code line wraps; book.css). On a phone they may scroll inside their box.
+SCROLLING_JS = r"""() => Array.from(document.querySelectorAll(
+        'article.bd-article table, article.bd-article pre, article.bd-article div.highlight'))
+    .filter(el => el.checkVisibility() && el.scrollWidth > el.clientWidth + 1)
+    .map(el => ({tag: el.tagName, head: el.innerText.slice(0, 60).replace(/\s+/g, ' '),
+                 sw: el.scrollWidth, cw: el.clientWidth}))"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_table_or_code_block_scrolls_at_1280(visit, page):
+    wide = visit(page, 1280).page.evaluate(SCROLLING_JS)
+    assert not wide, f"{page} at 1280 px: tables or code blocks wider than their box: {wide}"
+
+
+# Working names (study presets, plan files, scripts, flags, status phrases of unfinished runs) never
+# reach the reader's text. Allowed: closed <details> blocks (provenance, collapsed code) and the
+# Reproduce sections, where the commands name files and presets.
+WORKING_WORDS = [r"\br[23]_[a-z]\w*", r"\(clean tree\)", r"ROUND2_PLAN", r"gpu_round2", r"--redo_dirty",
+                 r"present so far", r"once it has run", r"[Nn]ot run yet: ", r"Primary\s*:\s*\."]
+READER_TEXT_JS = r"""() => {
+    const art = document.querySelector('article.bd-article');
+    if (!art) return '';
+    const clone = art.cloneNode(true);
+    clone.querySelectorAll('details').forEach(d => d.remove());
+    clone.querySelectorAll('section').forEach(s => {
+        const h = s.querySelector(':scope > h1, :scope > h2, :scope > h3, :scope > h4');
+        if (h && /^([\d.]+\s*)?Reproduc/.test(h.textContent.trim())) s.remove();  // "7.13. Reproduce"
+    });
+    return clone.innerText;
+}"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_working_words_in_the_readers_text(visit, page):
+    import re
+
+    text = visit(page).page.evaluate(READER_TEXT_JS)
+    found = sorted({m.group(0) for w in WORKING_WORDS for m in re.finditer(w, text)})
+    assert not found, f"{page}: working names in the reader's text: {found}"

@@ -263,3 +263,13 @@ def test_reproduces_committed_results():
     _assert_reproduces(again, full["history"], "committed run")
 
 
+
+
+def test_every_study_the_evidence_reads_has_a_readers_name_and_loads():
+    read = {f.split("/", 1)[1].removesuffix(".json") for c in evidence.CLAIMS
+            for comp in (*(x for fam in c.primaries for x in fam), *c.secondary) for f in comp.files
+            if f.startswith("grokking/")}
+    assert read and read <= set(G.STUDY_NAMES), f"studies without a reader's name: {read - set(G.STUDY_NAMES)}"
+    assert all(G.load_study(name)["runs"] for name in read)
+    with pytest.raises(ValueError, match="unknown grokking study 'r9'"):
+        G.load_study("r9")
