@@ -78,8 +78,8 @@ class Claim:
     ``primaries``: alternatives in order of preference, each a family; the first whose first file
     exists is used. ``what``: how the primary's number reads in a verdict. ``declared``: the commit
     that declared the first primary (its time, from ``results/ledger.json``, splits the runs into
-    those that can confirm it and those that cannot). ``confirm_note``: which runs were made to confirm
-    it. ``scale_note``: the paper's regime this book did not reach.
+    those that can confirm it and those that cannot). ``scale_note``: the paper's regime this book
+    did not reach.
     """
 
     key: str
@@ -94,7 +94,6 @@ class Claim:
     secondary: tuple[Comparison, ...] = ()
     expect_zero: tuple[str, ...] = ()
     declared: str = ""
-    confirm_note: str = ""
     scale_note: str = ""
     design: str = ""
     anchor: str = "verdict"
@@ -166,7 +165,7 @@ CLAIMS: tuple[Claim, ...] = (
                      Comparison("A1 − A0", ABL_REGIME, ("cifar/r2_ablation.json",), "A0", "A1"),
                      _r1("A1 − A0", "A0", "A1", 0.1), _r1("A1 − A0", "A0", "A1", 0.3),
                      Comparison("A1 − A0, 5,000 images", "first study, 30 epochs", ("cifar/cpu_long.json",), "A0", "A1")),
-          declared="ceb61dd", confirm_note="A0 and A1 on seeds 8-11 (12 paired starts, the paper's count)",
+          declared="ceb61dd",
           scale_note="patch 8 (16 tokens) and a small model; the paper's patch 4 and model not run",
           short="CIFAR-10 gain, A1 − A0"),
     Claim("cifar_widens", "The gap to AdamW widens with more data", "widens", "cifar", "size",
@@ -211,7 +210,7 @@ CLAIMS: tuple[Claim, ...] = (
                                 ("grokking/r2_short.json",), "adamw", "stiefel_learned",
                                 metric="metrics.final_val_acc"),
 ),
-          declared="4804197", confirm_note="the endpoint study: adamw and stiefel_learned on seeds 0-7",
+          declared="4804197",
           scale_note="p = 59, not the paper's modulus",
           short="grokking, final accuracy"),
     Claim("grokking_sooner", "Grokking: Stiefel attention groks sooner", "sooner", "grokking", "size",
@@ -234,7 +233,7 @@ CLAIMS: tuple[Claim, ...] = (
                                 "1,800 steps", ("grokking/cpu.json",), "adamw", "frozen",
                                 metric="metrics.steps_to_val95", scale=1.0, unit="steps", higher_is_better=False,
                                 censored=True)),
-          declared="10c5156", confirm_note="adamw and stiefel_learned on seeds 5-7",
+          declared="10c5156",
           scale_note="p = 59 and 8,000 steps",
           short="grokking, steps to 95%"),
     Claim("weight_decay", "Weight decay does nothing to the frames", "no effect", "weight_decay", "design",
@@ -258,7 +257,7 @@ CLAIMS: tuple[Claim, ...] = (
                                   select_a=_sel(lr=1e-3), select_b=_sel(frame_lr=v))
                        for v in (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)),
                      _r1("A0's Q/K step / A1's", "A0", "A1", 0.3, metric="qk_step_mean", ratio=True)),
-          declared="7123eb2", confirm_note="none run yet: the family was declared after both regimes had been measured",
+          declared="7123eb2",
           scale_note="a frame's step is about its lr, AdamW's about lr per entry: the ratio is set by the two "
                      "learning rates",
           short="Q/K step ratio"),
@@ -268,7 +267,7 @@ CLAIMS: tuple[Claim, ...] = (
           secondary=(Comparison("A3 − A0", FIT_REGIME, FIT, "A0", "A3"),
                      _r1("A1 − A3", "A3", "A1", 0.1), _r1("A1 − A3", "A3", "A1", 0.3),
                      Comparison("A1 − A3, 5,000 images", "first study, 30 epochs", ("cifar/cpu_long.json",), "A3", "A1")),
-          declared="ceb61dd", confirm_note="A3 and QK-norm on seeds 5-7 (8 paired seeds)",
+          declared="ceb61dd",
           short="cost of freezing, A1 − A3"),
     Claim("mechanism", "The gain comes from the scale-free step, not the projector or equivariance",
           "the scale-free step", "cifar", "ingredients", what="",
@@ -278,8 +277,7 @@ CLAIMS: tuple[Claim, ...] = (
                      _r1("A1 − A7", "A7", "A1", 0.3), _r1("A1 − A4 (AdamW with A1's small step)", "A4", "A1", 0.3),
                      _r1("A1 − A5", "A5", "A1", 0.3)),
           expect_zero=("A7", "stiefel_column", "stiefel_canonical", "stiefel_noproj", "stiefel_nocap"),
-          declared="ceb61dd", confirm_note="the mechanism study at frame lr 1.0, and A1 and the projector-free "
-                                           "rule on seeds 3-7",
+          declared="ceb61dd",
           short="mechanism"),
 )
 """The claims, in the order of the paper's abstract."""

@@ -358,7 +358,7 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
     the primary; the claim is ``"confirmed"`` only when that gives the primary's verdict ``status``
     and resolves, ``"not confirmed"`` when it resolves otherwise, ``"pending"`` when it does not
     resolve (``text`` says what n it would need) or no such run exists. Returns ``{"status",
-    "text", "commit", "time", "note", "rows", "seeds", "two_machines", "runs"}``, ``runs`` counting
+    "text", "commit", "time", "rows", "seeds", "two_machines", "runs"}``, ``runs`` counting
     the runs of the family's arms that started after the declaration on unchosen seeds (``after``),
     that did not (``before``), and that started after it on a seed a choice was made on.
     """
@@ -366,7 +366,7 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
     k = sum(len(r.get("two_machines", [])) for r in rows_all)
     n = sum(r["n"] for r in rows_all)
     two = f"{k} of {n} pairs made on two machines" if k else ""
-    out: dict[str, Any] = {"note": c.confirm_note, "commit": c.declared or None, "time": None, "rows": [],
+    out: dict[str, Any] = {"commit": c.declared or None, "time": None, "rows": [],
                            "seeds": [], "two_machines": two}
     when = ledger.commit_time(c.declared, ledger.commit_times(root)) if c.declared else None
     if c.kind == "design" or not family:

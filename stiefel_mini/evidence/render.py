@@ -162,7 +162,7 @@ def details_html(vs: list[dict], open_: bool = False) -> str:
             out.append(table_html(v["primary"]))
         conf = v["confirmation"]
         if conf and conf["text"]:
-            out.append(f"<p><b>Confirmation</b> ({_E(conf['note'])}): {_E(conf['text'])}.</p>")
+            out.append(f"<p><b>Confirmation</b>: {_E(conf['text'])}.</p>")
             rows = [r for r in conf["rows"] if r["n"]]
             if rows:
                 out.append(table_html(rows, family=len(rows) > 1))
