@@ -22,6 +22,7 @@ import nbformat
 import pytest
 from bs4 import BeautifulSoup
 
+from stiefel_mini import evidence
 from stiefel_mini.evidence import CLAIMS
 from stiefel_mini.resources import CHECKOUT_RESULTS, RESULTS_ENV
 from tests.counterfactual import PAIRS, swap_outcomes
@@ -44,6 +45,8 @@ show. Teaching examples and the paper's own numbers are markdown's; the counterf
 that must catch the rest."""
 
 SENTENCE = re.compile(r"(?<=[.;:!?])\s+(?=[A-Z(])")
+ITEM = re.compile(r"\n\s*(?:[-*]|\d+\.)\s+")
+"""Where a markdown list item starts: each item is its own piece of prose."""
 
 
 # Structured output the verdict test checks, or that names claims rather than states results: boxes,
@@ -53,9 +56,27 @@ FIXED = sorted({x for c in CLAIMS for x in (c.claim, c.paper) if x}, key=len, re
 """The claims' own words and the paper's numbers: they name what is tested, whatever the data."""
 
 
-def _texts(cell: dict) -> list[str]:
-    """A code cell's visible prose as text: HTML without its structured parts, markdown, printed text;
-    the claims' titles and the paper's numbers blanked out."""
+CALLED = {"grokking_sooner": ("speed claim",), "grokking_endpoint": ("endpoint claim",)}
+"""The chapters' names for claims, besides each claim's title and short name."""
+OPEN_WORDS = (r"not resolved|unresolved|without resolving|(?:cannot|can't|does not|do not|did not) (?:resolve|decide)|"
+              r"decides? nothing|lean(?:s|ing)?")
+VERDICT_WORDS = re.compile(rf"\b(?:(?P<open>{OPEN_WORDS})|(?P<shut>resolved|contradicted|reproduced|smaller effect|"
+                           r"larger effect))\b", re.I)
+"""A sentence's first status: ``open`` (the runs cannot decide) or ``shut`` (resolved, one way)."""
+OPEN_BOX, SHUT_BOX = {"not resolved", "not tested yet"}, {"reproduced", "smaller effect", "larger effect", "contradicted"}
+"""Verdict statuses by what they say; a mixed family, a partial one and a design claim can carry either."""
+FOR_CLAIM = "[data-claim], .verdict-confirmations"
+"""Prose the consistency check leaves out: the boxes and table rows it checks against, and the ledger's
+lines, which judge the fresh seeds alone and may differ from the box."""
+_MENTION = sorted(((re.escape(name), c.key) for c in CLAIMS for name in (c.claim, c.short, *CALLED.get(c.key, ()))
+                   if name), key=lambda t: len(t[0]), reverse=True)
+MENTION = re.compile("|".join(f"(?P<c{i}>{rx})" for i, (rx, _) in enumerate(_MENTION)), re.I)
+
+
+def _texts(cell: dict, names: bool = False, drop: str = STRUCTURED) -> list[str]:
+    """A code cell's visible prose as text: HTML without the parts ``drop`` selects, markdown, printed
+    text; the claims' titles and the paper's numbers blanked out or, with ``names``, each name of a
+    claim replaced by its key as ``⟦key⟧`` (:data:`MENTION`)."""
     out = []
     for o in cell.get("outputs", []):
         if o.get("output_type") == "stream":
@@ -64,29 +85,37 @@ def _texts(cell: dict) -> list[str]:
         data = o.get("data", {})
         if "text/html" in data:
             soup = BeautifulSoup(data["text/html"], "html.parser")
-            for el in soup.select(STRUCTURED):
+            for el in soup.select(drop):
                 el.decompose()
             out.append(soup.get_text(" "))
         elif "text/markdown" in data:
             out.append(data["text/markdown"])
         elif "text/plain" in data and "image/svg+xml" not in data and "image/png" not in data:
             out.append(data["text/plain"])
+    if names:
+        return [MENTION.sub(lambda m: f"⟦{_MENTION[int(m.lastgroup[1:])][1]}⟧", t) for t in out]
     for fixed in FIXED:
         out = [t.replace(fixed, "…") for t in out]
     return out
 
 
+STATUSES = sorted(evidence.render.WORDS, key=len, reverse=True)
+
+
 def _boxes(cell: dict) -> dict[str, tuple[str, str]]:
-    """``{claim key: (status, the row's text)}`` of the verdict boxes and tables a cell shows."""
+    """``{claim key: (status, the row's text)}`` of the verdict boxes and tables a cell shows: the status
+    of the verdict word or, in a box without one, the status its verdict opens with."""
     out = {}
     for o in cell.get("outputs", []):
         html = o.get("data", {}).get("text/html")
         if not html:
             continue
         for el in BeautifulSoup(html, "html.parser").select("[data-claim]"):
-            word = el.select_one(".verdict-word")
-            if word is not None:
-                out[el["data-claim"]] = (word["data-status"], " ".join(el.get_text(" ").split()))
+            word, words = el.select_one(".verdict-word"), el.select_one(".verdict-words")
+            status = word["data-status"] if word is not None else next(
+                (st for st in STATUSES if words is not None and words.get_text().startswith(st)), None)
+            if status is not None:
+                out[el["data-claim"]] = (status, " ".join(el.get_text(" ").split()))
     return out
 
 
@@ -146,12 +175,14 @@ def _words(text: str, rx: re.Pattern) -> list[str]:
     return sorted(m.group(0).lower() for m in rx.finditer(text))
 
 
-def _sentences(nb) -> list[tuple[int, int, str]]:
+def _sentences(nb, **texts) -> list[tuple[int, int, str]]:
+    """``(cell, place, sentence)`` of the computed prose of ``nb`` (``texts``: of :func:`_texts`)."""
     out = []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or cell.source.startswith("# Solution"):
             continue  # exercise solutions compute made-up examples
-        for j, s in enumerate(s for t in _texts(cell) for s in SENTENCE.split(" ".join(t.split()))):
+        for j, s in enumerate(s for t in _texts(cell, **texts) for item in ITEM.split(t)
+                              for s in SENTENCE.split(" ".join(item.split()))):
             out.append((i, j, s))
     return out
 
@@ -177,6 +208,69 @@ def _unchanged(real, other, rx: re.Pattern, whole: bool = False) -> list[str]:
         if (theirs[(i, j)] == s) if whole else (_words(theirs[(i, j)], rx) == mine):
             stuck.append(f"cell {i}: {s[:240]}")
     return stuck
+
+
+def _segments(sentence: str) -> list[tuple[str, str]]:
+    """``(claim key, text)``: the sentence cut at each ``⟦key⟧``, each piece given to the claim named at
+    its start (the words before the first mention to the first claim)."""
+    hits = [(m.start(), m.end(), m.group(1)) for m in re.finditer(r"⟦(\w+)⟧", sentence)]
+    if not hits:
+        return []
+    ends = [h[0] for h in hits[1:]] + [len(sentence)]
+    pieces = [(key, sentence[end:stop]) for (_, end, key), stop in zip(hits, ends)]
+    return [(pieces[0][0], sentence[:hits[0][0]] + pieces[0][1])] + pieces[1:]
+
+
+def disagreements(nb) -> list[str]:
+    """Computed sentences whose status about a claim says the opposite of that claim's verdict on the same
+    page: "lean ... without resolving" beside a resolved box, "contradicted" beside "not resolved", or a
+    resolved word that points the other way ("contradicted" beside "held")."""
+    boxes = {k: v[0] for c in nb.cells if c.cell_type == "code" for k, v in _boxes(c).items()}
+    bad = []
+    for i, _, sentence in _sentences(nb, names=True, drop=f"{STRUCTURED}, {FOR_CLAIM}"):
+        for key, text in _segments(sentence):
+            m, status = VERDICT_WORDS.search(text), boxes.get(key)
+            if m is None or status is None:
+                continue
+            said = m.group(0).lower()
+            if ((m.group("open") and status in SHUT_BOX) or (m.group("shut") and status in OPEN_BOX)
+                    or (status in SHUT_BOX and "contradicted" in (said, status) and said in SHUT_BOX | {"resolved"}
+                        and said not in (status, "resolved"))):
+                bad.append(f"cell {i}: says '{said}' of {key}, whose verdict is '{status}': {sentence[:240]}")
+    return bad
+
+
+def test_a_status_sentence_that_contradicts_its_box_is_caught():
+    """The grokking chapter's old reading ("lean ... without resolving it") beside its box "contradicted"."""
+    def verdict(key, status):
+        c = next(c for c in CLAIMS if c.key == key)
+        return {"key": key, "chapter": c.chapter, "claim": c.claim, "paper": c.paper, "status": status,
+                "verdict": f"{status}: to 95%: +802 steps [+349, +1,256]", "sure": "exact sign test, 0/8 wins, p = 0.0078",
+                "confirmation": {"status": "pending", "text": ""}}
+
+    def page(status, *said):
+        box = {"output_type": "display_data", "metadata": {},
+               "data": {"text/html": evidence.box_html([verdict("grokking_sooner", status)], "grokking")}}
+        prose = [{"output_type": "display_data", "metadata": {}, "data": {"text/markdown": s}} for s in said]
+        return nbformat.from_dict({"cells": [{"cell_type": "code", "source": "", "outputs": [box]},
+                                             {"cell_type": "code", "source": "", "outputs": prose}]})
+
+    old = ("No row has an exact p below 0.00781, the least that 8 seeds allow, so the runs lean against the paper's "
+           "speed claim without resolving it.")
+    now = ("The speed claim's declared comparison is this study's steps to 95%: **contradicted** (exact sign test, "
+           "0/8 wins, p = 0.0078), as in the box at the top.")
+    assert len(disagreements(page("contradicted", old))) == 1
+    assert disagreements(page("contradicted", now)) == [] and disagreements(page("not resolved", old)) == []
+    assert len(disagreements(page("not resolved", now))) == 1
+    assert len(disagreements(page("reproduced", now))) == 1  # resolved, the other way
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("results", ("real", "swapped", "mixed"))
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_status_sentence_agrees_with_its_claims_verdict(runs, chapter, results):
+    bad = disagreements(runs(chapter)[results])
+    assert not bad, f"{chapter} on the {results} results: sentences that contradict the verdict on the page:\n" + "\n".join(bad)
 
 
 @pytest.mark.slow

@@ -261,6 +261,19 @@ def test_intro_table_and_chapter_boxes_say_the_same(tmp_path):
         evidence.box_html(vs, "retractions")
 
 
+def test_the_confirmation_line_marks_each_claim_with_the_ledger_status():
+    from bs4 import BeautifulSoup
+
+    vs = evidence.verdicts()
+    spans = BeautifulSoup(evidence.confirmation_html(vs), "html.parser").select("[data-claim]")
+    want = [v for v in vs if v["confirmation"]["text"]]
+    assert [(el["data-claim"], el["data-confirmation"]) for el in spans] == [
+        (v["key"], v["confirmation"]["status"]) for v in want]
+    assert [el.get_text() for el in spans] == [f"{v['claim']}: {v['confirmation']['text']}." for v in want]
+    assert evidence.confirmation_html([{**v, "confirmation": {"status": "by construction", "text": ""}}
+                                       for v in vs]) == ""
+
+
 def sources(name: str) -> str:
     """A chapter's code, less its exercise solutions (which call the library's tests to teach them)."""
     nb = nbformat.read(ROOT / "book" / f"{name}.ipynb", 4)
@@ -364,4 +377,5 @@ def test_holm_across_the_claims_counts_only_the_testable_primaries():
     a, b, c = out["claims"]
     assert a["p_holm"] == pytest.approx(0.008) and b["p_holm"] == pytest.approx(0.03)  # Holm over 2: 2p, then p
     assert a["resolved"] and b["resolved"] and not c["testable"]
-    assert "over the 2 whose primary can reach p = 0.05" in out["text"] and out["text"].endswith("2 stay resolved at 0.05.")
+    assert "over the 2 whose primary can reach p = 0.05" in out["text"] and out["text"].endswith("In all, 2 of 2 stay resolved at 0.05.")
+    assert "a: p = 0.004 → 0.008, resolved; b: p = 0.03 → 0.03, resolved." in out["text"]

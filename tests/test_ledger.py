@@ -87,6 +87,32 @@ def test_a_ratio_family_with_an_unrun_regime_waits_for_it(tmp_path):
     assert conf["status"] == "pending" and conf["seeds"] == [2, 3, 4, 5]
     assert ", as the primary; no fresh run yet for both at lr 1e-3: confirmation pending" in conf["text"]
     assert "confirmed on" not in conf["text"]
+    # fresh runs of the shared-lr regime on other seeds: the family is confirmed, each regime on its own seeds
+    fresh = "2026-12-03T09:15:00+00:00"
+    write(tmp_path, "cifar/r2_lr.json", [
+        {**cifar_run(arm, s, 0.5, frac=0.3, lr=1e-3, frame_lr=f, step=st), "started_utc": fresh}
+        for s in (6, 7, 8) for arm, f, st in (("A0", None, 0.033), ("A1", 1e-3, 0.0007 + 1e-5 * s))], SETTINGS)
+    v = {v["key"]: v for v in evidence.verdicts(tmp_path)}["step_ratio"]
+    conf = v["confirmation"]
+    assert conf["status"] == "confirmed", conf["text"]
+    assert "confirmed on fresh paired seeds 6, 7, 8 (both at lr 1e-3); 2, 3, 4, 5 (each at its best lr) alone" in \
+        conf["text"]
+    assert v["sure"] == "both at lr 1e-3: 95% t interval, 3 seeds; each at its best lr: 95% t interval, 4 seeds"
+
+
+def test_a_family_with_unrun_comparisons_waits_for_them(tmp_path):
+    # the mechanism's family: fresh seeds for one ingredient (no projection), none for the other five
+    write_ledger(tmp_path, {"ceb61dd" + "0" * 33: T0})
+    runs = []
+    for s in range(2, 8):
+        runs += [{**cifar_run("A1", s, 0.6 + 0.001 * s, frame_lr=1.0), "started_utc": "2026-12-02T02:00:00+00:00"},
+                 {**cifar_run("stiefel_noproj", s, 0.6, frame_lr=1.0), "started_utc": "2026-12-02T02:00:00+00:00"}]
+    write(tmp_path, "cifar/r3_mechanism.json", runs, SETTINGS)
+    conf = {v["key"]: v for v in evidence.verdicts(tmp_path)}["mechanism"]["confirmation"]
+    assert [r["n"] for r in conf["rows"]] == [0, 0, 0, 6, 0, 0] and conf["status"] == "pending"
+    assert conf["text"].endswith("; no fresh run yet for A1 − A7, A1 − column moment, A1 − canonical projector, "
+                                 "A1 − no trust cap, A1 − A5: confirmation pending")
+    assert "confirmed on" not in conf["text"]
 
 
 def test_pairs_on_two_machines_are_counted(tmp_path):

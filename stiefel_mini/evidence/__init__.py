@@ -19,9 +19,10 @@ One layer computes every p-value and verdict that the book shows:
 from stiefel_mini.evidence.claims import CLAIMS, Claim, Comparison, claim
 from stiefel_mini.evidence.judge import across_claims, as_data, compute, effect_text, evaluate, sure_text, verdicts
 from stiefel_mini.evidence.compare import ALPHA, correct, paired, ratio
-from stiefel_mini.evidence.render import box_html, codes_html, details_html, summary_html, table_html
+from stiefel_mini.evidence.render import (box_html, codes_html, confirmation_html, details_html, summary_html,
+                                          table_html)
 from stiefel_mini.evidence.tables import GROKKING_METRICS, accuracy_rows, grokking_rows
 
 __all__ = ["ALPHA", "CLAIMS", "Claim", "Comparison", "GROKKING_METRICS", "accuracy_rows", "across_claims", "as_data",
-           "box_html", "claim", "codes_html", "compute", "correct", "details_html", "effect_text", "evaluate", "grokking_rows", "paired",
+           "box_html", "claim", "codes_html", "compute", "confirmation_html", "correct", "details_html", "effect_text", "evaluate", "grokking_rows", "paired",
            "ratio", "sure_text", "summary_html", "table_html", "verdicts"]

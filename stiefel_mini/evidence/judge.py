@@ -266,7 +266,7 @@ def _ratio_family_verdict(c: Claim, rows: list[dict]) -> tuple[str, str]:
         return got[0]
     rows, got = [r for r, _ in tested], [g for _, g in tested]
     states = {g[0] for g in got}
-    text = "; ".join(f"{r['label'].split(', ', 1)[-1]}: {g[1]}" for r, g in zip(rows, got))
+    text = "; ".join(f"{_regime(r)}: {g[1]}" for r, g in zip(rows, got))
     if len(states) == 1:
         return got[0][0], text
     return "mixed", f"mixed: {text}"
@@ -333,6 +333,8 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
         k = sum(r["testable"] for r in prim)
         out["sure"] = (f"{len(prim)} comparisons, at most {n} seed{'' if n == 1 else 's'}: " +
                        (f"Holm over the {k} that can reach 0.05" if k else "none can reach 0.05"))
+    elif c.kind == "ratio" and len(prim) > 1:
+        out["sure"] = "; ".join(f"{_regime(r)}: {sure_text(r, 1)}" for r in prim)
     else:
         out["sure"] = sure_text(prim[0], 1)
     if not declared_first:
@@ -340,6 +342,11 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
     out.update(status=status, verdict=verdict)
     out["confirmation"] = confirmation(c, family, status, root)
     return out
+
+
+def _regime(row: dict) -> str:
+    """What sets a family's row apart: a ratio family's regime ("both at lr 1e-3"), else its arms."""
+    return row["label"].split(", ", 1)[-1] if row["ratio"] else row["label"].split(" (")[0]
 
 
 def _family_status(c: Claim, rows: list[dict]) -> tuple[str, str]:
@@ -398,13 +405,18 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
         return out
     fresh, words = _family_status(c, rows)
     best = max(rows, key=lambda r: r["n"])
-    runs_text = f"{best['n']} fresh paired seed{'' if best['n'] == 1 else 's'} ({', '.join(map(str, best['seeds']))})"
+    seed_sets = {tuple(r["seeds"]) for r in rows if r["n"]}
+    runs_text = (f"{best['n']} fresh paired seed{'' if best['n'] == 1 else 's'} ({', '.join(map(str, best['seeds']))})"
+                 if len(seed_sets) == 1 else "fresh paired seeds " + "; ".join(
+                     f"{', '.join(map(str, r['seeds']))} ({_regime(r)})" for r in rows if r["n"]))
     untested = [r for r in rows if not r["n"]]
-    if c.kind == "ratio" and untested:
-        # A family of regimes is confirmed only as a whole: the regimes with fresh runs are set
-        # beside their own primary row, the others wait for theirs.
-        same = all(_ratio_verdict(c, f)[0] == _ratio_verdict(c, p)[0] for f, p in zip(rows, rows_all) if f["n"])
-        waiting = "; ".join(r["label"].split(", ", 1)[-1] for r in untested)
+    if untested:
+        # A family is confirmed only as a whole: each row with fresh runs is set beside its own
+        # primary row (corrected within the primary), the rows without fresh runs wait for theirs.
+        compare.correct([r for r in rows_all if not r["ratio"]])
+        same = all(_family_status(c, [f])[0] == _family_status(c, [p])[0] for f, p in zip(rows, rows_all) if f["n"])
+        # a ratio family's rows differ by their regime, the other families' by their arms
+        waiting = ", ".join(_regime(r) for r in untested)
         out.update(status="pending" if same else "not confirmed",
                    text=f"{day}; on {runs_text} alone: {words}" +
                         (", as the primary" if same else ", not the primary's verdict") +
@@ -441,8 +453,9 @@ def across_claims(vs: list[dict], alpha: float = compare.ALPHA) -> dict:
     held = [i for i in items if i["resolved"]]
     text = (f"Across the {len(items)} claims with a tested primary, Holm's correction over the {k} whose primary "
             f"can reach p = {alpha:g}: " + ("; ".join(f"{i['claim']}: p = {i['p']:.2g} → {i['p_holm']:.2g}"
+                                                      + (", resolved" if i["resolved"] else "")
                                                       for i in items if i["testable"]) or "none")
-            + f". {len(held)} stay resolved at {alpha:g}.")
+            + f". In all, {len(held)} of {k} stay resolved at {alpha:g}.")
     return {"claims": items, "family": len(items), "n_testable": k, "text": text}
 
 

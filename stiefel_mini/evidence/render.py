@@ -120,6 +120,15 @@ def box_html(vs: list[dict], chapter: str) -> str:
             "claim.</p></div>")
 
 
+def confirmation_html(vs: list[dict]) -> str:
+    """The intro's confirmation line: per claim with a ledger text, that text, marked with its claim
+    and the ledger's status (``data-confirmation``: confirmed, pending, ...)."""
+    spans = " ".join(f"<span class='verdict-confirmation' data-claim='{_E(v['key'])}' "
+                     f"data-confirmation='{_E(v['confirmation']['status'])}'>{_E(v['claim'])}: "
+                     f"{_E(v['confirmation']['text'])}.</span>" for v in vs if v["confirmation"]["text"])
+    return f"<p class='verdict-confirmations'><b>Confirmation.</b> {spans}</p>" if spans else ""
+
+
 def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
