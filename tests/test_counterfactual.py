@@ -6,10 +6,14 @@ direction or a status must change with them.
 Two counterfactuals: **swapped** (every seed: each difference changes sign, so the direction words
 of every sentence that has any must change) and **mixed** (odd seeds only: the differences scatter
 around zero and the resolved verdicts fall to "not resolved", so a sentence that states a status
-cannot stay word for word the same). A sentence
-written into the code as a fixed string, or whose words do not follow the data, stays the same and
-fails here. The markdown cells are checked for result vocabulary (:data:`RESULT_WORDS`): results
-belong in computed output.
+cannot stay word for word the same). A sentence written into the code as a fixed string, or whose
+words do not follow the data, stays the same and fails here.
+
+A sentence can follow the data and still say the opposite of its verdict ("the runs lean ... without
+resolving it" beside "contradicted"): on each of the three results, every computed sentence that
+names a claim must state the status of that claim's verdict on the same page (:func:`disagreements`).
+The markdown cells are checked for result vocabulary (:data:`RESULT_WORDS`): results belong in
+computed output.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ OPEN_WORDS = (r"not resolved|unresolved|without resolving|(?:cannot|can't|does n
 VERDICT_WORDS = re.compile(rf"\b(?:(?P<open>{OPEN_WORDS})|(?P<shut>resolved|contradicted|reproduced|smaller effect|"
                            r"larger effect))\b", re.I)
 """A sentence's first status: ``open`` (the runs cannot decide) or ``shut`` (resolved, one way)."""
+STATUSES = sorted(evidence.render.WORDS, key=len, reverse=True)
 OPEN_BOX, SHUT_BOX = {"not resolved", "not tested yet"}, {"reproduced", "smaller effect", "larger effect", "contradicted"}
 """Verdict statuses by what they say; a mixed family, a partial one and a design claim can carry either."""
 FOR_CLAIM = "[data-claim], .verdict-confirmations"
@@ -98,8 +103,6 @@ def _texts(cell: dict, names: bool = False, drop: str = STRUCTURED) -> list[str]
         out = [t.replace(fixed, "…") for t in out]
     return out
 
-
-STATUSES = sorted(evidence.render.WORDS, key=len, reverse=True)
 
 
 def _boxes(cell: dict) -> dict[str, tuple[str, str]]:
