@@ -81,7 +81,12 @@ def _stored_commands() -> list[tuple[str, str]]:
     for path in sorted((REPO / "results").rglob("*.json")):
         walk(json.loads(path.read_text()))
     for path in [REPO / "README.md", *sorted((REPO / "results").rglob("*.md"))]:
-        found |= set(re.findall(r"python -m stiefel_mini\.experiments\.\w+[^`\n|#]*", path.read_text()))
+        text = path.read_text()
+        # An inline code span may wrap across lines: read it whole, then the code blocks' lines.
+        spans = re.findall(r"`!?(python -m stiefel_mini\.experiments\.\w+[^`]*)`", text)
+        found |= {" ".join(span.split()) for span in spans}
+        rest = re.sub(r"`[^`]*`", "", text)
+        found |= set(re.findall(r"python -m stiefel_mini\.experiments\.\w+[^`\n|#]*", rest))
     out = []
     for command in found:
         m = re.search(r"-m stiefel_mini\.experiments\.(\w+)(.*)", command)
