@@ -102,6 +102,13 @@ def test_seeds_to_resolve_extrapolates_the_win_rate_of_the_sign_test():
     assert evidence.compare.seeds_to_resolve(2, 2) is None and evidence.compare.seeds_to_resolve(0, 0) is None
 
 
+def test_the_seeds_needed_name_the_majority_side():
+    row = {"n": 6, "wins": 2, "losses": 4, "ratio": False}
+    assert evidence.judge.needed_text(row) == "; at that split (4 of 6 losses) about 42 untied paired seeds would resolve it"
+    assert "(4 of 6 wins)" in evidence.judge.needed_text({**row, "wins": 4, "losses": 2})
+    assert "no feasible" in evidence.judge.needed_text({**row, "wins": 3, "losses": 3})
+
+
 def test_verdict_words_follow_the_primary(tmp_path):
     fitted(tmp_path, 8, 5, gain=2.5, cost=1.9)
     v = by_key(tmp_path)
@@ -111,7 +118,7 @@ def test_verdict_words_follow_the_primary(tmp_path):
     free = v["freezing"]
     assert free["status"] == "not resolved"
     assert free["verdict"].startswith("not resolved: n = 5 cannot go below p = 0.0625 (freezing costs +1.8")
-    assert free["verdict"].endswith("at its win rate (5 of 5) about 6 untied paired seeds would resolve it")
+    assert free["verdict"].endswith("at that split (5 of 5 wins) about 6 untied paired seeds would resolve it")
     assert "no effect" not in free["verdict"]
     ratio = v["step_ratio"]
     assert ratio["status"] == "contradicted" and "0.25x" in ratio["verdict"] and "not 24-40x" in ratio["verdict"]

@@ -196,10 +196,12 @@ def needed_text(row: dict, family: int = 1) -> str:
     if row.get("ratio") or row["n"] == 0:
         return ""
     n = compare.seeds_to_resolve(row["wins"], row["losses"], compare.ALPHA / family)
-    rate = f"{max(row['wins'], row['losses'])} of {row['wins'] + row['losses']}"
+    # The majority side sets the rate: "4 of 6 losses" beside "2/6 wins" names the same split.
+    side = "wins" if row["wins"] >= row["losses"] else "losses"
+    split = f"{max(row['wins'], row['losses'])} of {row['wins'] + row['losses']} {side}"
     if n is None:
-        return f"; at its win rate ({rate}) no feasible number of seeds would resolve it"
-    return f"; at its win rate ({rate}) about {n} untied paired seeds would resolve it"
+        return f"; at that split ({split}) no feasible number of seeds would resolve it"
+    return f"; at that split ({split}) about {n} untied paired seeds would resolve it"
 
 
 def _not_resolved(row: dict, what: str) -> str:
