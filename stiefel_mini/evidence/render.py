@@ -121,12 +121,13 @@ def box_html(vs: list[dict], chapter: str) -> str:
 
 
 def confirmation_html(vs: list[dict]) -> str:
-    """The intro's confirmation line: per claim with a ledger text, that text, marked with its claim
-    and the ledger's status (``data-confirmation``: confirmed, pending, ...)."""
-    spans = " ".join(f"<span class='verdict-confirmation' data-claim='{_E(v['key'])}' "
-                     f"data-confirmation='{_E(v['confirmation']['status'])}'>{_E(v['claim'])}: "
-                     f"{_E(v['confirmation']['text'])}.</span>" for v in vs if v["confirmation"]["text"])
-    return f"<p class='verdict-confirmations'><b>Confirmation.</b> {spans}</p>" if spans else ""
+    """The intro's confirmation list: per claim with a ledger text, that text, marked with its claim and
+    the ledger's status (``data-confirmation``: confirmed, pending, ...)."""
+    items = "".join(f"<li class='verdict-confirmation' data-claim='{_E(v['key'])}' "
+                    f"data-confirmation='{_E(v['confirmation']['status'])}'><b>{_E(v['claim'])}</b>: "
+                    f"{_E(v['confirmation']['text'])}.</li>" for v in vs if v["confirmation"]["text"])
+    return (f"<div class='verdict-confirmations'><p><b>Confirmation</b>, claim by claim:</p><ul>{items}</ul></div>"
+            if items else "")
 
 
 def _cap(text: str) -> str:
