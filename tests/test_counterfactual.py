@@ -78,10 +78,8 @@ _MENTION = sorted(((re.escape(name), c.key) for c in CLAIMS for name in (c.claim
 MENTION = re.compile("|".join(f"(?P<c{i}>{rx})" for i, (rx, _) in enumerate(_MENTION)), re.I)
 
 
-def _texts(cell: dict, names: bool = False, drop: str = STRUCTURED) -> list[str]:
-    """A code cell's visible prose as text: HTML without the parts ``drop`` selects, markdown, printed
-    text; the claims' titles and the paper's numbers blanked out or, with ``names``, each name of a
-    claim replaced by its key as ``⟦key⟧`` (:data:`MENTION`)."""
+def _visible(cell: dict, drop: str = STRUCTURED) -> list[str]:
+    """A code cell's visible prose as text: HTML without the parts ``drop`` selects, markdown, printed text."""
     out = []
     for o in cell.get("outputs", []):
         if o.get("output_type") == "stream":
@@ -97,12 +95,22 @@ def _texts(cell: dict, names: bool = False, drop: str = STRUCTURED) -> list[str]
             out.append(data["text/markdown"])
         elif "text/plain" in data and "image/svg+xml" not in data and "image/png" not in data:
             out.append(data["text/plain"])
-    if names:
-        return [MENTION.sub(lambda m: f"⟦{_MENTION[int(m.lastgroup[1:])][1]}⟧", t) for t in out]
+    return out
+
+
+def _blanked(cell: dict) -> list[str]:
+    """:func:`_visible` with the claims' titles and the paper's numbers blanked out (:data:`FIXED`)."""
+    out = _visible(cell)
     for fixed in FIXED:
         out = [t.replace(fixed, "…") for t in out]
     return out
 
+
+def _named(cell: dict) -> list[str]:
+    """:func:`_visible` without the per-claim parts, each name of a claim replaced by its key as
+    ``⟦key⟧`` (:data:`MENTION`)."""
+    return [MENTION.sub(lambda m: f"⟦{_MENTION[int(m.lastgroup[1:])][1]}⟧", t)
+            for t in _visible(cell, drop=f"{STRUCTURED}, {FOR_CLAIM}")]
 
 
 def _boxes(cell: dict) -> dict[str, tuple[str, str]]:
@@ -178,13 +186,13 @@ def _words(text: str, rx: re.Pattern) -> list[str]:
     return sorted(m.group(0).lower() for m in rx.finditer(text))
 
 
-def _sentences(nb, **texts) -> list[tuple[int, int, str]]:
-    """``(cell, place, sentence)`` of the computed prose of ``nb`` (``texts``: of :func:`_texts`)."""
+def _sentences(nb, texts=_blanked) -> list[tuple[int, int, str]]:
+    """``(cell, place, sentence)`` of the computed prose of ``nb``, read by ``texts`` (a cell's texts)."""
     out = []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or cell.source.startswith("# Solution"):
             continue  # exercise solutions compute made-up examples
-        for j, s in enumerate(s for t in _texts(cell, **texts) for item in ITEM.split(t)
+        for j, s in enumerate(s for t in texts(cell) for item in ITEM.split(t)
                               for s in SENTENCE.split(" ".join(item.split()))):
             out.append((i, j, s))
     return out
@@ -230,7 +238,7 @@ def disagreements(nb) -> list[str]:
     resolved word that points the other way ("contradicted" beside "held")."""
     boxes = {k: v[0] for c in nb.cells if c.cell_type == "code" for k, v in _boxes(c).items()}
     bad = []
-    for i, _, sentence in _sentences(nb, names=True, drop=f"{STRUCTURED}, {FOR_CLAIM}"):
+    for i, _, sentence in _sentences(nb, texts=_named):
         for key, text in _segments(sentence):
             m, status = VERDICT_WORDS.search(text), boxes.get(key)
             if m is None or status is None:
