@@ -195,9 +195,9 @@ def needed_text(row: dict, family: int = 1) -> str:
     """
     if row.get("ratio") or row["n"] == 0:
         return ""
-    n = compare.seeds_to_resolve(row["wins"], row["losses"], compare.ALPHA / family)
     if row["wins"] == row["losses"]:
         return f"; at a level split ({row['wins']} wins, {row['losses']} losses) no number of seeds would resolve it"
+    n = compare.seeds_to_resolve(row["wins"], row["losses"], compare.ALPHA / family)
     # The majority side sets the rate: "4 of 6 losses" beside "2/6 wins" names the same split.
     side = "wins" if row["wins"] > row["losses"] else "losses"
     split = f"{max(row['wins'], row['losses'])} of {row['wins'] + row['losses']} {side}"

@@ -81,12 +81,17 @@ def _stored_commands() -> list[tuple[str, str]]:
     for path in sorted((REPO / "results").rglob("*.json")):
         walk(json.loads(path.read_text()))
     for path in [REPO / "README.md", *sorted((REPO / "results").rglob("*.md"))]:
+        # Fenced blocks hold one command a line; in the prose an inline code span may wrap across
+        # lines, so it is read whole.
         text = path.read_text()
-        # An inline code span may wrap across lines: read it whole, then the code blocks' lines.
-        spans = re.findall(r"`!?(python -m stiefel_mini\.experiments\.\w+[^`]*)`", text)
+        blocks = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.M | re.S)
+        prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.M | re.S)
+        for block in blocks:
+            found |= set(re.findall(r"python -m stiefel_mini\.experiments\.\w+[^\n#]*", block))
+        spans = re.findall(r"`!?(python -m stiefel_mini\.experiments\.\w+[^`]*)`", prose)
         found |= {" ".join(span.split()) for span in spans}
-        rest = re.sub(r"`[^`]*`", "", text)
-        found |= set(re.findall(r"python -m stiefel_mini\.experiments\.\w+[^`\n|#]*", rest))
+        bare = re.sub(r"`[^`]*`", "", prose)
+        found |= set(re.findall(r"python -m stiefel_mini\.experiments\.\w+[^\n|#]*", bare))
     out = []
     for command in found:
         m = re.search(r"-m stiefel_mini\.experiments\.(\w+)(.*)", command)
