@@ -13,8 +13,9 @@ from .geometry import (
     random_stiefel,
     retract,
 )
-from .groups import frame_parameters, param_groups, qk_parameters
-from .mha import StiefelMultiheadAttention, convert_attention
+from .convert import convert_attention
+from .groups import frame_parameters, is_frame, mark_frame, param_groups, qk_parameters
+from .mha import StiefelMultiheadAttention
 from .optim import StiefelAdam, stiefel_adam_frame_update
 
 __version__ = "0.1.0"
@@ -30,6 +31,8 @@ __all__ = [
     "param_groups",
     "frame_parameters",
     "qk_parameters",
+    "is_frame",
+    "mark_frame",
     "RETRACTIONS",
     "retract",
     "project",

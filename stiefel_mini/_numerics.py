@@ -165,6 +165,10 @@ def _exp(W: Tensor, V: Tensor) -> Tensor:
     return torch.cat([W, V], dim=-1) @ E
 
 
+# Cayley and exp results further than this many unit roundoffs from the manifold are re-orthonormalised.
+REORTHONORMALISE_AT = 64
+
+
 def retract_or_nan(W: Tensor, V: Tensor, method: str, bound: float | None = None) -> tuple[Tensor, Tensor]:
     """Retract tall frames and say per frame whether the step could be taken; no host sync.
 
@@ -173,11 +177,14 @@ def retract_or_nan(W: Tensor, V: Tensor, method: str, bound: float | None = None
     * ``"polar"``: :func:`polar_or_nan` of ``W + V`` (``bound`` is passed on); refused
       only if ``W + V`` is rank-deficient (or exceeds a given bound).
     * ``"qr"``: refused if ``W + V`` is rank-deficient.
-    * ``"cayley"``, ``"exp"``: these apply an orthogonal map to W, so they keep the error W has
-      and do not repair a frame that was moved off the manifold. A step that adds more than
-      ``sqrt(u)`` to ``||W^T W - I||_F`` (``u`` the unit roundoff: 2.4e-4 in float32, 1e-8 in
-      float64; a huge step, where the 2p x 2p solve or the matrix exponential loses accuracy) is
-      refused.
+    * ``"cayley"``, ``"exp"``: these apply an orthogonal map to W, so they keep the error W has,
+      and their rounding errors add up over many steps. A step that adds more than ``sqrt(u)`` to
+      ``||W^T W - I||_F`` (``u`` the unit roundoff: 2.4e-4 in float32, 1e-8 in float64; a huge
+      step, where the 2p x 2p solve or the matrix exponential loses accuracy) is refused. A result
+      whose ``||R^T R - I||_F`` exceeds ``REORTHONORMALISE_AT`` ``= 64 u`` (3.8e-6 in float32) is
+      re-orthonormalised, replaced by its polar factor (:func:`polar_or_nan` with the series bound
+      1/4; a result further off is left as it is), so the error stays below that tolerance over any
+      number of steps; below it the result is the map's own, bit for bit.
 
     Shapes: W, V ``(..., n, p)``, ``n >= p`` -> ``((..., n, p), (...))``.
     """
@@ -190,6 +197,10 @@ def retract_or_nan(W: Tensor, V: Tensor, method: str, bound: float | None = None
         u = torch.finfo(W.dtype).eps / 2
         before, after = _orthogonality_error_tall(W), _orthogonality_error_tall(Y)
         ok = after <= before + u**0.5
+        # Computed for every frame and chosen per frame, so that nothing waits on the host.
+        polar, near = polar_or_nan(Y, SERIES_BOUND)
+        repair = (after > REORTHONORMALISE_AT * u) & near
+        Y = torch.where(repair[..., None, None], polar, Y)
     else:
         raise ValueError(f"unknown retraction {method!r}; choose one of {sorted(METHODS)}")
     ok = ok & torch.isfinite(Y).flatten(-2).all(dim=-1)

@@ -10,16 +10,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .geometry import random_stiefel
-from .groups import frame_parameters, param_groups, qk_parameters  # noqa: F401 (the old import path keeps working)
+from .groups import FrameHolder
 
-__all__ = ["StiefelSelfAttention", "QKNormSelfAttention", "make_attention", "entropy"]
-# frame_parameters, qk_parameters and param_groups live in stiefel_mini.groups, beside the optimizer;
-# they are imported here too because programs import them from stiefel_mini.attention.
+__all__ = ["StiefelSelfAttention", "QKNormSelfAttention", "make_attention", "entropy", "LOGIT_SCALES"]
 
 LOGIT_SCALES = ("fixed", "learned")
 
 
-class StiefelSelfAttention(nn.Module):
+class StiefelSelfAttention(FrameHolder):
     r"""Multi-head self-attention with ``W_Q^h, W_K^h`` in St(d_model, d_head) for every head h.
 
     For tokens ``x_i in R^{d_model}`` and head h,
@@ -41,6 +39,8 @@ class StiefelSelfAttention(nn.Module):
       ``log(1 / sqrt(d_head))``. On the manifold this is the only way a head can sharpen or flatten
       its attention through the Q/K path; ``tau`` is an ordinary (non-frame) parameter.
 
+    With ``stiefel=True`` the frames carry the frame mark (:func:`~stiefel_mini.groups.is_frame`),
+    so :class:`~stiefel_mini.optim.StiefelAdam` keeps them on the manifold in any param group.
     ``stiefel=False`` turns the constraint off: the same module, the same initial weights (the
     frames start orthonormal either way, so a constrained and an unconstrained run start from the
     same point), but ``w_q`` and ``w_k`` are plain weights that :func:`~stiefel_mini.groups.param_groups` hands to AdamW.
@@ -99,6 +99,7 @@ class StiefelSelfAttention(nn.Module):
         else:
             self.register_parameter("log_scale", None)
         self.reset_parameters()
+        self.mark_frames()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """Frames from the Haar measure; V and output projection as ``nn.Linear`` initialises them.
@@ -128,9 +129,9 @@ class StiefelSelfAttention(nn.Module):
             f"stiefel={self.stiefel}, logit_scale={self.logit_scale!r}, causal={self.causal}"
         )
 
-    def frames(self) -> list[nn.Parameter]:
-        """The parameters that are Stiefel frames: ``[w_q, w_k]``, or ``[]`` when ``stiefel=False``."""
-        return [self.w_q, self.w_k] if self.stiefel else []
+    def frame_names(self) -> tuple[str, ...]:
+        """``("w_q", "w_k")``, or ``()`` when ``stiefel=False``: the Stiefel frames (see :meth:`frames`)."""
+        return ("w_q", "w_k") if self.stiefel else ()
 
     def qk_weights(self) -> list[nn.Parameter]:
         """The query and key weights ``[w_q, w_k]``, frames or not (see :func:`~stiefel_mini.groups.qk_parameters`)."""
@@ -251,12 +252,26 @@ class QKNormSelfAttention(StiefelSelfAttention):
 
 
 def make_attention(d_model: int, n_heads: int, d_head: int | None = None, *, qk_norm: bool = False,
-                   stiefel: bool = True, logit_scale: str = "fixed", **kwargs: Any) -> StiefelSelfAttention:
-    """:class:`QKNormSelfAttention` if ``qk_norm`` (which fixes ``stiefel=False`` and a learned scale),
-    else :class:`StiefelSelfAttention` with ``stiefel`` and ``logit_scale``; ``kwargs`` go to either."""
+                   stiefel: bool | None = None, logit_scale: str | None = None,
+                   **kwargs: Any) -> StiefelSelfAttention:
+    """:class:`QKNormSelfAttention` if ``qk_norm``, else :class:`StiefelSelfAttention` with ``stiefel``
+    (default ``True``) and ``logit_scale`` (default ``"fixed"``); ``kwargs`` go to either.
+
+    QK-norm attention has unconstrained Q/K and a learned gain, so with ``qk_norm=True`` the options
+    ``stiefel=True`` and ``logit_scale="fixed"`` raise ``ValueError`` instead of being dropped
+    (leave them unset, or pass ``stiefel=False`` / ``logit_scale="learned"``).
+    """
     if qk_norm:
+        for key, value, forced in (("stiefel", stiefel, False), ("logit_scale", logit_scale, "learned")):
+            if value is not None and value != forced:
+                raise ValueError(
+                    f"make_attention(qk_norm=True, {key}={value!r}): QK-norm attention has {key}={forced!r} "
+                    f"(unconstrained Q/K normalised before the dot product); drop {key}, or set qk_norm=False "
+                    "for Stiefel frames"
+                )
         return QKNormSelfAttention(d_model, n_heads, d_head, **kwargs)
-    return StiefelSelfAttention(d_model, n_heads, d_head, stiefel=stiefel, logit_scale=logit_scale, **kwargs)
+    return StiefelSelfAttention(d_model, n_heads, d_head, stiefel=True if stiefel is None else stiefel,
+                                logit_scale=logit_scale or "fixed", **kwargs)
 
 
 def entropy(p: Tensor) -> Tensor:

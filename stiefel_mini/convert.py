@@ -1,7 +1,13 @@
-"""Stiefel Q/K frames in timm and Hugging Face attention layers: which layouts are recognised, and the
-swap of their Q/K projections for :class:`stiefel_mini.projection.FrameProjection`.
+"""Converting a model's attention to Stiefel Q/K frames in place: :func:`convert_attention`, the
+layouts it recognises, and the swap of their Q/K projections for
+:class:`stiefel_mini.projection.FrameProjection` (or of a whole ``nn.MultiheadAttention`` for a
+:class:`stiefel_mini.mha.StiefelMultiheadAttention`).
 
-:func:`stiefel_mini.mha.convert_attention` calls :func:`convert_adapted`. Recognised layouts:
+>>> report = convert_attention(model)   # every supported attention layer -> Stiefel frames
+>>> print(report)                       # what changed, layer by layer
+>>> opt = StiefelAdam(param_groups(model, weight_decay=0.05, frame_options={"lr": 0.01}), lr=1e-3)
+
+Recognised layouts, besides ``nn.MultiheadAttention``:
 
 * timm ``Attention``: one fused ``qkv = nn.Linear(dim, 3 * H * hd)``, output rows Q | K | V, heads
   contiguous in each (optional ``q_norm`` / ``k_norm`` after it);
@@ -20,10 +26,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from ._mha_report import ConvertedLayer
+from .attention import LOGIT_SCALES
+from .conversion_report import ConversionReport, ConvertedLayer
+from .mha import StiefelMultiheadAttention
 from .projection import FrameProjection, mean_gain
 
-__all__ = ["SUPPORTED", "convert_adapted", "find_adapted"]
+__all__ = ["convert_attention", "SUPPORTED", "convert_adapted", "find_adapted"]
 
 SUPPORTED = (
     "torch nn.MultiheadAttention; timm Attention (fused qkv nn.Linear, rows Q|K|V); Hugging Face "
@@ -183,3 +191,83 @@ def convert_adapted(model: nn.Module, *, stiefel: bool, logit_scale: str) -> tup
         notes.append(f"{normed} layer(s) normalise q and k after the projection (QK-norm): there the norms "
                      "set the logits' size, and the polar map changes directions only")
     return layers, notes
+
+
+def convert_attention(
+    model: nn.Module, *, stiefel: bool = True, logit_scale: str = "fixed"
+) -> ConversionReport:
+    """Give every attention layer of ``model`` Stiefel query/key frames, in place.
+
+    * ``nn.MultiheadAttention`` is swapped for a :class:`~stiefel_mini.mha.StiefelMultiheadAttention`;
+    * timm ``Attention``, Hugging Face GPT-2, BERT-style, ViT and Llama-family attention keep their
+      module and forward; only their Q/K projection (a fused ``qkv`` Linear, GPT-2's ``Conv1D``, or the
+      ``q_proj``/``k_proj`` or ``query``/``key`` Linears) is replaced by a
+      :class:`stiefel_mini.projection.FrameProjection` whose per-head frames ``(heads, d_model,
+      d_head)`` :func:`stiefel_mini.groups.param_groups` finds (layouts: above).
+
+    Q/K weights are mapped per head onto the manifold with the polar map (their closest frames); V,
+    output projections, biases, norms, dropout, device, dtype and train/eval mode are kept. With
+    ``stiefel=False`` the weights are copied exactly and the model computes what it computed before.
+    ``logit_scale="learned"`` gives each head a learned scale started at the logit scale the polar
+    map removed (for the timm / Hugging Face layers: per head, the mean singular value of its Q and of
+    its K block); ``"fixed"`` keeps the model's own ``1 / sqrt(d_head)``, and the report says by which
+    factor that multiplies each layer's logits (above 1 where the weights' singular values were
+    below 1, as in a freshly initialised model). A module shared by several parents is converted once and stays
+    shared. ``nn.TransformerEncoder`` modules holding converted layers get
+    ``use_nested_tensor = False``: their nested-tensor inference path reads ``in_proj_weight``. A
+    Hugging Face model's config records the options (``config.stiefel_attention``), so that
+    :func:`stiefel_mini.hf.from_pretrained_converted` can rebuild it from ``save_pretrained``.
+
+    Args:
+        model: any module; it must not itself be an ``nn.MultiheadAttention`` (use
+            :meth:`~stiefel_mini.mha.StiefelMultiheadAttention.from_torch` for that).
+        stiefel: make the new Q/K projections frames.
+        logit_scale: ``"fixed"`` or ``"learned"`` (see :meth:`~stiefel_mini.mha.StiefelMultiheadAttention.load_from_torch`).
+
+    Returns:
+        A :class:`~stiefel_mini.conversion_report.ConversionReport`; ``print`` it to see what changed.
+
+    Raises:
+        ValueError: for a timm / transformers attention layer of an unsupported layout (Q, K, V
+            interleaved per head as in GPT-NeoX and Falcon, cross-attention from inputs of another
+            size, heads that do not divide the projection), naming the module, its class and what is
+            supported; then nothing is changed.
+    """
+    if isinstance(model, nn.MultiheadAttention):
+        raise TypeError(
+            "convert_attention swaps submodules in place, so it cannot replace the model itself; "
+            "use StiefelMultiheadAttention.from_torch(mha) for a bare nn.MultiheadAttention"
+        )
+    if logit_scale not in LOGIT_SCALES:
+        raise ValueError(f"logit_scale must be one of {list(LOGIT_SCALES)}; got {logit_scale!r}")
+    adapted, notes = convert_adapted(model, stiefel=stiefel, logit_scale=logit_scale)
+    report = ConversionReport(stiefel=stiefel, layers=adapted, notes=notes)
+    if adapted and hasattr(getattr(model, "config", None), "to_json_string"):
+        model.config.stiefel_attention = {"stiefel": stiefel, "logit_scale": logit_scale}
+    converted: dict[int, StiefelMultiheadAttention] = {}
+    # Collect first: swapping while iterating named_modules would visit the new modules.
+    targets = [
+        (parent_name, parent, child_name, child)
+        for parent_name, parent in model.named_modules(remove_duplicate=False)
+        for child_name, child in parent.named_children()
+        if isinstance(child, nn.MultiheadAttention)
+    ]
+    for parent_name, parent, child_name, child in targets:
+        name = f"{parent_name}.{child_name}" if parent_name else child_name
+        if id(child) not in converted:
+            new = StiefelMultiheadAttention.configured_like(child, stiefel=stiefel, logit_scale=logit_scale)
+            d_q, d_k = new.load_from_torch(child)
+            converted[id(child)] = new
+            report.layers.append(
+                ConvertedLayer(name, new.embed_dim, new.num_heads, tuple(new.q_weight.shape[1:]), d_q, d_k)
+            )
+        else:
+            report.notes.append(f"{name} is the same module as an earlier one; kept shared")
+        setattr(parent, child_name, converted[id(child)])
+    for name, module in model.named_modules():
+        if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
+            if any(isinstance(m, StiefelMultiheadAttention) for m in module.modules()):
+                module.use_nested_tensor = False
+                report.notes.append(f"{name or 'model'}.use_nested_tensor set to False")
+    return report
+

@@ -18,7 +18,6 @@ References:
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Callable
 
 import torch
@@ -184,9 +183,11 @@ def cayley_retraction(W: Tensor, V: Tensor) -> Tensor:
     ``R(W, V) = W + L (I_{2p} - Z^T L / 2)^{-1} Z^T W``,
 
     so no n x n matrix is formed. It is a first-order retraction; it matches the geodesic of the
-    canonical metric (not of the embedded one, :func:`exp_retraction`) to second order. The map applies an orthogonal matrix
-    to W, so it keeps whatever error W already has: over many float32 steps the rounding errors
-    add up, where polar and QR re-orthonormalize at every step.
+    canonical metric (not of the embedded one, :func:`exp_retraction`) to second order. The map
+    applies an orthogonal matrix to W, so it keeps whatever error W already has and its rounding
+    errors would add up over many float32 steps (polar and QR re-orthonormalise at every step);
+    a result whose ``||R^T R - I||_F`` exceeds ``64 u`` (3.8e-6 in float32) is therefore replaced
+    by its polar factor, which keeps the error below that over any number of steps.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Wen & Yin (2013), lemma 4.1 and eq. (2.7).
@@ -207,8 +208,9 @@ def exp_retraction(W: Tensor, V: Tensor) -> Tensor:
     ``Exp_W(V) = [W, V] expm([[A, -C], [I, A]]) [[expm(-A)], [0]]``,
 
     which follows the geodesic from W with initial velocity V for unit time. Defined for tangent
-    V; a non-tangent V should be projected first. Like the Cayley map it does not pull a drifted W
-    back onto the manifold, so float32 rounding errors add up over many steps.
+    V; a non-tangent V should be projected first. Like the Cayley map it applies an orthogonal map
+    to W, so it is re-orthonormalised the same way: a result whose ``||R^T R - I||_F`` exceeds
+    ``64 u`` (3.8e-6 in float32) is replaced by its polar factor.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Edelman et al. (1998), eq. (2.45); Zimmermann (2017), eq. (10).
@@ -306,25 +308,3 @@ def orthogonality_error(W: Tensor) -> Tensor:
     gram = Wt.mT @ Wt
     eye = torch.eye(gram.shape[-1], dtype=W.dtype, device=W.device)
     return torch.linalg.matrix_norm(gram - eye)
-
-
-def __getattr__(name: str):
-    # Programs that import polar_factor keep working, with a warning: the polar factor's one
-    # public name is project.
-    if name == "polar_factor":
-        warnings.warn(
-            "stiefel_mini.geometry.polar_factor is deprecated; use stiefel_mini.geometry.project "
-            "(the same map: the closest frame to a full-rank matrix)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _polar_factor
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-@_tall
-def _polar_factor(M: Tensor) -> Tensor:
-    """``M (M^T M)^{-1/2}`` for full-rank ``(..., r, c)`` M by the series or the SVD; raises if rank-deficient."""
-    Y, ok = polar_or_nan(M)
-    refuse("polar_factor", ok, "the matrix is (numerically) rank-deficient, its polar factor is not unique")
-    return Y

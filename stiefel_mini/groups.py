@@ -1,5 +1,13 @@
-"""Which parameters of a model :class:`~stiefel_mini.optim.StiefelAdam` treats how: frames, Q/K
-weights, other matrices, and vectors, as named param groups.
+"""Which parameters of a model :class:`~stiefel_mini.optim.StiefelAdam` treats how: the frame mark,
+and the named param groups (frames, Q/K weights, other matrices, vectors).
+
+A frame carries a mark (:func:`is_frame`), set by the module that owns it: the modules of this
+library hold their frames through :class:`FrameHolder`, which marks them when they are created and
+again whenever they are replaced (``load_state_dict(assign=True)``, FSDP2's ``fully_shard``, which
+swaps every parameter for a sharded one, ``copy.deepcopy``). ``StiefelAdam`` updates a marked
+parameter as a frame in whatever group it arrives, so ``StiefelAdam(model.parameters())`` keeps
+the frames on the manifold; ``torch.optim.AdamW`` does not read the mark and trains a frame as an
+ordinary weight (off the manifold).
 
 A module takes part by defining ``frames()`` (its Stiefel frames) and ``qk_weights()`` (its query and
 key weights, frames or not), as :class:`~stiefel_mini.attention.StiefelSelfAttention` and
@@ -10,9 +18,66 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from torch import nn
+from torch import Tensor, nn
 
-__all__ = ["param_groups", "frame_parameters", "qk_parameters"]
+__all__ = ["param_groups", "frame_parameters", "qk_parameters", "mark_frame", "is_frame", "FrameHolder"]
+
+# The mark is an attribute of the tensor: FSDP2 rebuilds each parameter as a plain DTensor, which a
+# Parameter subclass would not survive, while its owner re-marks it on assignment (FrameHolder).
+_MARK = "_stiefel_frame"
+
+
+def mark_frame(p: Tensor) -> Tensor:
+    """Mark ``p`` as a Stiefel frame, so that :class:`~stiefel_mini.optim.StiefelAdam` updates it with
+    the frame rule in any param group; returns ``p``.
+
+    ``p``: a tensor ``(..., r, c)`` with orthonormal columns (``r >= c``) or rows (``r < c``).
+    """
+    if p.dim() < 2:
+        raise ValueError(f"a frame needs at least 2 dimensions (..., r, c); got shape {tuple(p.shape)}")
+    setattr(p, _MARK, True)
+    return p
+
+
+def is_frame(p: Tensor) -> bool:
+    """Whether ``p`` carries the frame mark of :func:`mark_frame`."""
+    return bool(getattr(p, _MARK, False))
+
+
+class FrameHolder(nn.Module):
+    """A module whose frames carry the mark of :func:`mark_frame` wherever they are set.
+
+    A subclass defines :meth:`frame_names` and calls :meth:`mark_frames` at the end of its
+    ``__init__``. From then on a tensor assigned to one of those names is marked, so the mark follows
+    the module's frames through ``load_state_dict(assign=True)`` and FSDP2's ``fully_shard`` (both
+    set parameters with ``setattr``) and through ``copy.deepcopy`` (which rebuilds the module with
+    ``__setstate__``); ``load_state_dict`` without ``assign`` and ``.to()`` keep the parameter
+    objects, and with them the mark.
+    """
+
+    def frame_names(self) -> tuple[str, ...]:
+        """The attribute names of the module's frames; ``()`` when it holds none (``stiefel=False``)."""
+        raise NotImplementedError
+
+    def frames(self) -> list[nn.Parameter]:
+        """The frame parameters (``[]`` when ``stiefel=False``); :func:`frame_parameters` and
+        :func:`param_groups` find them here."""
+        return [getattr(self, name) for name in self.frame_names()]
+
+    def mark_frames(self) -> None:
+        """Mark every frame, and every tensor later assigned to a frame's name."""
+        for p in self.frames():
+            mark_frame(p)
+        self.__dict__["_marks_frames"] = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if isinstance(value, Tensor) and self.__dict__.get("_marks_frames") and name in self.frame_names():
+            mark_frame(value)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.mark_frames()
 
 
 def _collect(model: nn.Module, method: str) -> Iterator[nn.Parameter]:
@@ -30,7 +95,8 @@ def _collect(model: nn.Module, method: str) -> Iterator[nn.Parameter]:
 def frame_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
     """Every Stiefel frame in ``model``: the parameters returned by ``frames()`` of its modules.
 
-    Any module can take part by defining a ``frames()`` method that returns its frame parameters.
+    Any module can take part by defining a ``frames()`` method that returns its frame parameters
+    (marking them with :func:`mark_frame` also lets ``StiefelAdam(model.parameters())`` find them).
     """
     return _collect(model, "frames")
 
@@ -47,22 +113,37 @@ def qk_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
 def param_groups(
     model: nn.Module,
     *,
-    weight_decay: float = 0.0,
+    weight_decay: float | None = None,
     frame_options: dict[str, Any] | None = None,
     qk_options: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Split a model's trainable parameters into named param groups for :class:`~stiefel_mini.optim.StiefelAdam`.
 
-    * ``"frames"``: Stiefel frames (``stiefel=True``, plus ``frame_options``, e.g. ``lr``);
+    * ``"frames"``: Stiefel frames (``stiefel=True``, ``weight_decay=0.0``, plus ``frame_options``,
+      e.g. ``lr``);
     * ``"qk"``: Q/K weights of attention modules built with ``stiefel=False``, decayed like other
       weights unless ``qk_options`` says otherwise (e.g. ``{"weight_decay": 0.0}``);
     * ``"decay"``: every other parameter with 2 or more dimensions (matrices, embeddings);
-    * ``"no_decay"``: biases, norm gains, temperatures and other 1-D or scalar parameters.
+    * ``"no_decay"``: biases, norm gains, temperatures and other 1-D or scalar parameters
+      (``weight_decay=0.0``).
+
+    A group sets only what it must: ``weight_decay=None`` (the default) leaves ``"qk"`` and
+    ``"decay"`` without a ``weight_decay`` key, so they take the optimizer's (``StiefelAdam(groups,
+    weight_decay=0.1)`` decays them by 0.1), and any option not in ``frame_options`` / ``qk_options``
+    is the optimizer's default too. A frame's ``lr`` is the Frobenius length of its step, and a
+    frame ``lr`` above ``max_step`` (default 0.1) is cut back by the trust cap to steps of length
+    ``max_step``, so raising it (or a scheduler's peak lr) past the cap leaves the frames' steps
+    unchanged.
+
+    Frames are found by ``frames()`` (:func:`frame_parameters`) or by their mark (:func:`is_frame`).
+    ``StiefelAdam`` would treat a marked frame as a frame in any group; this function gives the
+    frames their own group so that they get their own options. Handed to ``torch.optim.AdamW``,
+    the ``"frames"`` group is trained as ordinary weights (``stiefel`` is then an inert key).
 
     Empty groups are left out. Parameters with ``requires_grad=False`` are skipped, which is how a
     frozen-frame baseline leaves its frames alone.
     """
-    frames = {id(p) for p in frame_parameters(model)}
+    frames = {id(p) for p in frame_parameters(model)} | {id(p) for p in model.parameters() if is_frame(p)}
     qk = {id(p) for p in qk_parameters(model)} - frames
     buckets: dict[str, list[nn.Parameter]] = {"frames": [], "qk": [], "decay": [], "no_decay": []}
     for p in model.parameters():
@@ -76,10 +157,11 @@ def param_groups(
             buckets["decay"].append(p)
         else:
             buckets["no_decay"].append(p)
+    decay = {} if weight_decay is None else {"weight_decay": weight_decay}
     options = {
         "frames": {"stiefel": True, "weight_decay": 0.0, **(frame_options or {})},
-        "qk": {"weight_decay": weight_decay, **(qk_options or {})},
-        "decay": {"weight_decay": weight_decay},
+        "qk": {**decay, **(qk_options or {})},
+        "decay": decay,
         "no_decay": {"weight_decay": 0.0},
     }
     return [

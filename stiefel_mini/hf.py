@@ -1,4 +1,4 @@
-"""Reloading a model converted by :func:`stiefel_mini.mha.convert_attention`: build it as it was
+"""Reloading a model converted by :func:`stiefel_mini.convert.convert_attention`: build it as it was
 built, convert it the same way, then load the saved weights (frames included).
 
 A converted model's ``state_dict`` names its frames (``...q_proj.q_weight``, ``...qkv.k_weight``),
@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .mha import ConversionReport, convert_attention
+from .conversion_report import ConversionReport
+from .convert import convert_attention
 
 __all__ = ["load_converted", "from_pretrained_converted"]
 
@@ -37,7 +38,7 @@ def load_converted(
     with other options, is refused instead of half-loaded.
 
     Returns:
-        The :class:`~stiefel_mini.mha.ConversionReport` of the conversion (its polar distances are
+        The :class:`~stiefel_mini.conversion_report.ConversionReport` of the conversion (its polar distances are
         those of the fresh model's weights, which the load then replaces).
     """
     report = convert_attention(model, stiefel=stiefel, logit_scale=logit_scale)
@@ -75,7 +76,7 @@ def from_pretrained_converted(model_class: Any, path: str | Path, **config_kwarg
     """The converted Hugging Face model that ``save_pretrained`` wrote to the local folder ``path``.
 
     Builds ``model_class`` (e.g. ``GPT2LMHeadModel``) from the saved config, converts it with the
-    options recorded in ``config.stiefel_attention`` by :func:`~stiefel_mini.mha.convert_attention`
+    options recorded in ``config.stiefel_attention`` by :func:`~stiefel_mini.convert.convert_attention`
     and loads the saved tensors with :func:`load_converted`. The model comes back in eval mode, as
     from ``from_pretrained``. ``config_kwargs`` override config entries (e.g. ``attn_implementation``).
     """

@@ -5,13 +5,13 @@
 key in-projections are stored per head as wide frames of shape ``(num_heads, head_dim, embed_dim)``:
 head ``h``'s block of rows of ``nn.MultiheadAttention``'s ``in_proj_weight``, with orthonormal rows
 (the library's orientation rule). :func:`convert_attention` swaps every ``nn.MultiheadAttention``
-of a model for one of these in place, mapping the trained Q/K weights onto the manifold with the
-polar map :func:`stiefel_mini.geometry.project`.
+of a model for one of these in place (:mod:`stiefel_mini.convert`), mapping the trained Q/K
+weights onto the manifold with the polar map :func:`stiefel_mini.geometry.project`
+(:meth:`StiefelMultiheadAttention.from_torch`).
 
->>> model = torchvision.models.VisionTransformer(32, 8, 2, 4, 64, 128, num_classes=10)
->>> report = convert_attention(model)   # every nn.MultiheadAttention -> Stiefel frames
->>> groups = param_groups(model, weight_decay=0.05, frame_options={"lr": 0.01})
->>> opt = StiefelAdam(groups, lr=1e-3)
+>>> attn = StiefelMultiheadAttention(64, 4, batch_first=True)
+>>> out, weights = attn(x, x, x)            # x: (N, L, 64), as nn.MultiheadAttention
+>>> opt = StiefelAdam(param_groups(attn), lr=1e-3)
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._mha_inputs import additive, check_inputs
-from ._mha_report import ConversionReport, ConvertedLayer
 from .attention import LOGIT_SCALES
-from .convert import convert_adapted
 from .geometry import project, random_stiefel
+from .groups import FrameHolder
 
-__all__ = ["StiefelMultiheadAttention", "convert_attention", "ConversionReport", "ConvertedLayer"]
+__all__ = ["StiefelMultiheadAttention"]
 
 
-class StiefelMultiheadAttention(nn.Module):
+class StiefelMultiheadAttention(FrameHolder):
     r"""Multi-head attention with the signature of ``torch.nn.MultiheadAttention`` and Stiefel
     query/key frames.
 
@@ -48,9 +47,12 @@ class StiefelMultiheadAttention(nn.Module):
     a learned ``s_h = exp(tau_h)`` (``logit_scale="learned"``). Since ``Q_h`` and ``K_h`` are
     orthonormal, the Q/K path cannot rescale logits; a learned temperature gives that freedom back.
 
-    The value and output projections and all biases are ordinary parameters. ``stiefel=False``
-    keeps the same parameters but unconstrained: then the module computes exactly what
-    ``nn.MultiheadAttention`` computes with the same weights, and :meth:`frames` returns ``[]``.
+    The value and output projections and all biases are ordinary parameters, initialised with the
+    statistics ``nn.MultiheadAttention`` gives them. With ``stiefel=True`` the frames carry the frame
+    mark (:func:`~stiefel_mini.groups.is_frame`), so :class:`~stiefel_mini.optim.StiefelAdam` keeps
+    them on the manifold in any param group. ``stiefel=False`` keeps the same parameters but
+    unconstrained: then the module computes exactly what ``nn.MultiheadAttention`` computes with the
+    same weights, and :meth:`frames` returns ``[]``.
 
     Learned tensors (``E = embed_dim``, ``H = num_heads``, ``hd = E // H``):
 
@@ -142,19 +144,33 @@ class StiefelMultiheadAttention(nn.Module):
         else:
             self.register_parameter("log_scale", None)
         self.reset_parameters()
+        self.mark_frames()
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """Haar-random frames; V, output projection and biases as ``nn.MultiheadAttention`` does.
 
+        ``nn.MultiheadAttention`` draws its in-projection from Xavier's uniform law: over the fused
+        ``(3E, E)`` block when ``kdim = vdim = E`` (so V's entries are ``U(-a, a)``,
+        ``a = sqrt(6 / (E + 3E))``), over ``v_proj_weight`` ``(E, vdim)`` alone otherwise
+        (``a = sqrt(6 / (vdim + E))``); V is drawn from the same law here. The output projection
+        keeps ``nn.Linear``'s initialisation and every in/out bias starts at zero, as there.
+
         Draws, in this order, ``q_weight``, ``k_weight``, ``v_proj.weight`` and (with ``add_bias_kv``)
         ``bias_k``, ``bias_v`` from ``generator`` (``None``: torch's global generator), so a seeded
         generator gives the same start to modules that differ only in flags.
+
+        Reference: Glorot & Bengio (2010), "Understanding the difficulty of training deep
+        feedforward neural networks".
         """
         with torch.no_grad():
             for w in (self.q_weight, self.k_weight):
                 # QR has no bf16/fp16 kernel: draw in float32, then cast.
                 w.copy_(random_stiefel(*w.shape, generator=generator, device=w.device))
-            nn.init.xavier_uniform_(self.v_proj.weight, generator=generator)
+            E = self.embed_dim
+            fused = self.kdim == E and self.vdim == E  # nn.MultiheadAttention's in_proj_weight (3E, E)
+            fans = E + 3 * E if fused else self.vdim + E
+            bound = math.sqrt(6.0 / fans)
+            nn.init.uniform_(self.v_proj.weight, -bound, bound, generator=generator)
             if self.q_bias is not None:
                 for b in (self.q_bias, self.k_bias, self.v_proj.bias, self.out_proj.bias):
                     b.zero_()
@@ -170,13 +186,10 @@ class StiefelMultiheadAttention(nn.Module):
             extra += f", kdim={self.kdim}, vdim={self.vdim}"
         return extra + f", stiefel={self.stiefel}, logit_scale={self.logit_scale!r}"
 
-    def frames(self) -> list[nn.Parameter]:
-        """The Stiefel frames ``[q_weight, k_weight]``, or ``[]`` when ``stiefel=False``.
-
-        :func:`stiefel_mini.groups.frame_parameters` and :func:`stiefel_mini.groups.param_groups`
-        find them through this method.
-        """
-        return [self.q_weight, self.k_weight] if self.stiefel else []
+    def frame_names(self) -> tuple[str, ...]:
+        """``("q_weight", "k_weight")``, or ``()`` when ``stiefel=False``: the Stiefel frames (see
+        :meth:`frames`)."""
+        return ("q_weight", "k_weight") if self.stiefel else ()
 
     def qk_weights(self) -> list[nn.Parameter]:
         """The query and key weights ``[q_weight, k_weight]``, frames or not.
@@ -364,106 +377,30 @@ class StiefelMultiheadAttention(nn.Module):
         cls, mha: nn.MultiheadAttention, *, stiefel: bool = True, logit_scale: str = "fixed"
     ) -> "StiefelMultiheadAttention":
         """A new module with ``mha``'s configuration, device, dtype, mode and (mapped) weights."""
-        new = _empty_like(mha, stiefel=stiefel, logit_scale=logit_scale)
+        new = cls.configured_like(mha, stiefel=stiefel, logit_scale=logit_scale)
         new.load_from_torch(mha)
         return new
 
-
-def _empty_like(mha: nn.MultiheadAttention, *, stiefel: bool, logit_scale: str) -> StiefelMultiheadAttention:
-    """A :class:`StiefelMultiheadAttention` configured like ``mha`` (same device, dtype and mode)."""
-    w = mha.out_proj.weight
-    new = StiefelMultiheadAttention(
-        mha.embed_dim,
-        mha.num_heads,
-        dropout=mha.dropout,
-        bias=mha.in_proj_bias is not None,
-        add_bias_kv=mha.bias_k is not None,
-        add_zero_attn=mha.add_zero_attn,
-        kdim=mha.kdim,
-        vdim=mha.vdim,
-        batch_first=mha.batch_first,
-        device=w.device,
-        dtype=w.dtype,
-        stiefel=stiefel,
-        logit_scale=logit_scale,
-    )
-    return new.train(mha.training)
-
-
-def convert_attention(
-    model: nn.Module, *, stiefel: bool = True, logit_scale: str = "fixed"
-) -> ConversionReport:
-    """Give every attention layer of ``model`` Stiefel query/key frames, in place.
-
-    * ``nn.MultiheadAttention`` is swapped for a :class:`StiefelMultiheadAttention`;
-    * timm ``Attention``, Hugging Face GPT-2, BERT-style, ViT and Llama-family attention keep their
-      module and forward; only their Q/K projection (a fused ``qkv`` Linear, GPT-2's ``Conv1D``, or the
-      ``q_proj``/``k_proj`` or ``query``/``key`` Linears) is replaced by a
-      :class:`stiefel_mini.projection.FrameProjection` whose per-head frames ``(heads, d_model,
-      d_head)`` :func:`stiefel_mini.groups.param_groups` finds (layouts: :mod:`stiefel_mini.convert`).
-
-    Q/K weights are mapped per head onto the manifold with the polar map (their closest frames); V,
-    output projections, biases, norms, dropout, device, dtype and train/eval mode are kept. With
-    ``stiefel=False`` the weights are copied exactly and the model computes what it computed before.
-    ``logit_scale="learned"`` gives each head a learned scale started at the logit scale the polar
-    map removed (for the timm / Hugging Face layers: per head, the mean singular value of its Q and of
-    its K block); ``"fixed"`` keeps the model's own ``1 / sqrt(d_head)``, and the report says by how
-    much that shrinks the logits. A module shared by several parents is converted once and stays
-    shared. ``nn.TransformerEncoder`` modules holding converted layers get
-    ``use_nested_tensor = False``: their nested-tensor inference path reads ``in_proj_weight``. A
-    Hugging Face model's config records the options (``config.stiefel_attention``), so that
-    :func:`stiefel_mini.hf.from_pretrained_converted` can rebuild it from ``save_pretrained``.
-
-    Args:
-        model: any module; it must not itself be an ``nn.MultiheadAttention`` (use
-            :meth:`StiefelMultiheadAttention.from_torch` for that).
-        stiefel: make the new Q/K projections frames.
-        logit_scale: ``"fixed"`` or ``"learned"`` (see :meth:`StiefelMultiheadAttention.load_from_torch`).
-
-    Returns:
-        A :class:`ConversionReport`; ``print`` it to see what changed.
-
-    Raises:
-        ValueError: for a timm / transformers attention layer of an unsupported layout (Q, K, V
-            interleaved per head as in GPT-NeoX and Falcon, cross-attention from inputs of another
-            size, heads that do not divide the projection), naming the module, its class and what is
-            supported; then nothing is changed.
-    """
-    if isinstance(model, nn.MultiheadAttention):
-        raise TypeError(
-            "convert_attention swaps submodules in place, so it cannot replace the model itself; "
-            "use StiefelMultiheadAttention.from_torch(mha) for a bare nn.MultiheadAttention"
+    @classmethod
+    def configured_like(
+        cls, mha: nn.MultiheadAttention, *, stiefel: bool = True, logit_scale: str = "fixed"
+    ) -> "StiefelMultiheadAttention":
+        """A new module configured like ``mha`` (sizes, biases, dropout, layout, device, dtype and
+        train/eval mode), freshly initialised; :meth:`load_from_torch` copies the weights."""
+        w = mha.out_proj.weight
+        new = cls(
+            mha.embed_dim,
+            mha.num_heads,
+            dropout=mha.dropout,
+            bias=mha.in_proj_bias is not None,
+            add_bias_kv=mha.bias_k is not None,
+            add_zero_attn=mha.add_zero_attn,
+            kdim=mha.kdim,
+            vdim=mha.vdim,
+            batch_first=mha.batch_first,
+            device=w.device,
+            dtype=w.dtype,
+            stiefel=stiefel,
+            logit_scale=logit_scale,
         )
-    if logit_scale not in LOGIT_SCALES:
-        raise ValueError(f"logit_scale must be one of {list(LOGIT_SCALES)}; got {logit_scale!r}")
-    adapted, notes = convert_adapted(model, stiefel=stiefel, logit_scale=logit_scale)
-    report = ConversionReport(stiefel=stiefel, layers=adapted, notes=notes)
-    if adapted and hasattr(getattr(model, "config", None), "to_json_string"):
-        model.config.stiefel_attention = {"stiefel": stiefel, "logit_scale": logit_scale}
-    converted: dict[int, StiefelMultiheadAttention] = {}
-    # Collect first: swapping while iterating named_modules would visit the new modules.
-    targets = [
-        (parent_name, parent, child_name, child)
-        for parent_name, parent in model.named_modules(remove_duplicate=False)
-        for child_name, child in parent.named_children()
-        if isinstance(child, nn.MultiheadAttention)
-    ]
-    for parent_name, parent, child_name, child in targets:
-        name = f"{parent_name}.{child_name}" if parent_name else child_name
-        if id(child) not in converted:
-            new = _empty_like(child, stiefel=stiefel, logit_scale=logit_scale)
-            d_q, d_k = new.load_from_torch(child)
-            converted[id(child)] = new
-            report.layers.append(
-                ConvertedLayer(name, new.embed_dim, new.num_heads, tuple(new.q_weight.shape[1:]), d_q, d_k)
-            )
-        else:
-            report.notes.append(f"{name} is the same module as an earlier one; kept shared")
-        setattr(parent, child_name, converted[id(child)])
-    for name, module in model.named_modules():
-        if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
-            if any(isinstance(m, StiefelMultiheadAttention) for m in module.modules()):
-                module.use_nested_tensor = False
-                report.notes.append(f"{name or 'model'}.use_nested_tensor set to False")
-    return report
-
+        return new.train(mha.training)

@@ -2,7 +2,8 @@ r"""StiefelAdam: Riemannian Adam for frames on the Stiefel manifold, AdamW for e
 
 :func:`stiefel_adam_frame_update` is the frame rule, a pure function; :class:`StiefelAdam` keeps
 the state, stacks each param group's frames into batches and applies the rule to them;
-:func:`~stiefel_mini.groups.param_groups` splits a model's parameters into the groups it expects.
+:func:`~stiefel_mini.groups.param_groups` splits a model's parameters into the groups it expects,
+and :func:`~stiefel_mini.groups.is_frame` tells a marked frame in any group.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from ._frame_kernel import cap_factor, compute_dtype, default_frame_update, floo
 from ._frame_kernel import second_moment_sample
 from ._numerics import polar_or_nan, retract_or_nan
 from .geometry import canonical_gradient, project_tangent, sym
-from .groups import param_groups
+from .groups import is_frame
 
-__all__ = ["StiefelAdam", "stiefel_adam_frame_update", "param_groups", "SECOND_MOMENTS", "PROJECTORS"]
+__all__ = ["StiefelAdam", "stiefel_adam_frame_update", "SECOND_MOMENTS", "PROJECTORS"]
 
 # Param group keys besides the hyperparameters: torch.optim.Optimizer's, LR schedulers' and a
 # free-form label (``param_groups`` names its groups).
@@ -153,11 +154,18 @@ def stiefel_adam_frame_update(
 class StiefelAdam(torch.optim.Optimizer):
     r"""Adam on the Stiefel manifold for frame groups, ``torch.optim.AdamW`` for all other groups.
 
-    A param group with ``stiefel=True`` holds frames: tensors ``(..., r, c)`` whose leading
-    dimensions index independent frames, each with orthonormal columns if ``r >= c`` and
-    orthonormal rows otherwise (so an ``nn.Linear`` weight can be a frame as it is). Every other
-    group is updated exactly as ``torch.optim.AdamW`` would with the same hyperparameters, so one
-    optimizer trains a whole model.
+    Frames are tensors ``(..., r, c)`` whose leading dimensions index independent frames, each with
+    orthonormal columns if ``r >= c`` and orthonormal rows otherwise (so an ``nn.Linear`` weight can
+    be a frame as it is). A parameter is updated as a frame if its param group has ``stiefel=True``
+    or if it carries the frame mark (:func:`~stiefel_mini.groups.is_frame`, set by the modules of
+    this library on their frames): a marked frame is a frame in whatever group it arrives, so
+    ``StiefelAdam(model.parameters(), lr=1e-2)`` keeps the frames on the manifold, with that group's
+    ``lr``, ``betas``, ``eps``, ``max_step`` and ablation options (its ``weight_decay`` does not
+    apply, see below). To give the frames options of their own (their own ``lr``), pass
+    :func:`~stiefel_mini.groups.param_groups`, which puts them in a ``"frames"`` group; to train a
+    frame as an ordinary weight, build its module with ``stiefel=False``. Every other parameter is
+    updated exactly as ``torch.optim.AdamW`` would with the same hyperparameters, so one optimizer
+    trains a whole model.
 
     For a frame ``W_t`` (written tall, ``n x p``) with Euclidean gradient ``G_t`` at step ``t``, the
     update is :func:`stiefel_adam_frame_update` (which states it line by line):
@@ -175,7 +183,10 @@ class StiefelAdam(torch.optim.Optimizer):
     where it merges with the projection of the new gradient.
 
     Because ``v`` is a squared Frobenius norm, ``D`` has Frobenius norm about 1 and each frame
-    moves about ``lr`` per step, whatever the scale of the loss (a scale-free step).
+    moves about ``lr`` per step, whatever the scale of the loss (a scale-free step). A frame ``lr``
+    above ``max_step`` is cut back by the trust cap: a frame then moves ``max_step`` per step
+    (whenever ``lr ||D_t||_F > max_step``, nearly every step), so an lr, or a scheduler's peak lr,
+    beyond the cap leaves the frames' steps unchanged.
 
     Ablation options, per group:
 
@@ -197,7 +208,7 @@ class StiefelAdam(torch.optim.Optimizer):
 
     Weight decay is a no-op on frames, by design: the Riemannian gradient of
     ``lambda/2 ||W||_F^2`` is ``P_W(lambda W) = 0``, and decoupled decay followed by the polar
-    retraction gives ``polar((1 - lr wd) W) = W``. The decay is therefore skipped for frame groups,
+    retraction gives ``polar((1 - lr wd) W) = W``. The decay is therefore skipped for frames,
     which makes the frames bitwise independent of ``weight_decay``. It is never fused into the step
     before the retraction: ``polar((1 - lr wd) W - lr D) = polar(W - lr D / (1 - lr wd))`` would
     silently enlarge the step by ``1 / (1 - lr wd)``.
@@ -216,16 +227,17 @@ class StiefelAdam(torch.optim.Optimizer):
     over the device mesh, so that every rank raises or none does.
 
     Args:
-        params: parameters or param groups (dicts); frame groups carry ``stiefel=True``. A group
-            may set any argument below; any other key except ``params``, ``param_names``,
-            ``initial_lr`` and ``name`` raises ``ValueError`` listing the known keys.
+        params: parameters or param groups (dicts); frame groups carry ``stiefel=True``, and a
+            marked frame is a frame in any group. A group may set any argument below (one that
+            does not takes the constructor's value); any other key except ``params``,
+            ``param_names``, ``initial_lr`` and ``name`` raises ``ValueError`` listing the known keys.
         lr: learning rate; for frames, the Frobenius length of a typical step. Default ``1e-3``.
         betas: coefficients of the first and second moments. Default ``(0.9, 0.999)``.
         eps: added to the denominator. Default ``1e-8``.
         weight_decay: decoupled weight decay (AdamW) for non-frame groups; ignored on frames.
             Default ``1e-2`` (as ``torch.optim.AdamW``).
-        stiefel: default for groups that do not say; ``True`` makes a group a frame group.
-            Default ``False``.
+        stiefel: default for groups that do not say; ``True`` makes every parameter of a group a
+            frame, ``False`` only its marked ones. Default ``False``.
         max_step: trust-region cap on a frame's step in Frobenius norm, ``None`` for no cap.
             Default ``0.1``.
         second_moment: ``"frame"`` (default), ``"column"`` or ``"element"``.
@@ -278,9 +290,9 @@ class StiefelAdam(torch.optim.Optimizer):
         params = param_group["params"]
         if not isinstance(params, (Tensor, set)):  # torch.optim.Optimizer rejects sets itself
             param_group = {**param_group, "params": list(params)}  # a generator is read once
-        if merged["stiefel"]:
-            for j, p in enumerate([params] if isinstance(params, Tensor) else param_group["params"]):
-                name, p = p if isinstance(p, tuple) else (None, p)  # named parameters: (name, tensor)
+        for j, p in enumerate([params] if isinstance(params, Tensor) else param_group["params"]):
+            name, p = p if isinstance(p, tuple) else (None, p)  # named parameters: (name, tensor)
+            if merged["stiefel"] or is_frame(p):
                 check_frame_tensor(p)
                 _dt.check_frame_placement(p, frame_name(len(self.param_groups), param_group, j, p, name))
         super().add_param_group(param_group)
@@ -309,12 +321,12 @@ class StiefelAdam(torch.optim.Optimizer):
             for pid, p in zip(g["params"], own["params"])
         ]
         for pid, p, own in pairs:
-            if own["stiefel"] and pid in saved and "exp_avg_sq" in saved[pid]:
+            if _is_frame(own, p) and pid in saved and "exp_avg_sq" in saved[pid]:
                 check_saved_frame_state(p, saved[pid]["exp_avg_sq"], v_state_shape(p, own["second_moment"]),
                                         own["second_moment"])
         super().load_state_dict(state_dict)
         for pid, p, own in pairs:
-            if own["stiefel"] and pid in saved:
+            if _is_frame(own, p) and pid in saved:
                 for key, dtype in (("exp_avg", compute_dtype(p.dtype)), ("exp_avg_sq", torch.float64)):
                     self.state[p][key] = saved[pid][key].to(dtype=dtype, device=p.device, copy=True)
 
@@ -335,14 +347,9 @@ class StiefelAdam(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         mesh = _dt.mesh_of(
-            [p for g in self.param_groups if g["stiefel"] for p in g["params"] if p.grad is not None]
+            [p for g in self.param_groups for p in g["params"] if p.grad is not None and _is_frame(g, p)]
         )
-        updates = [
-            u
-            for i, group in enumerate(self.param_groups)
-            if group["stiefel"]
-            for u in self._frame_updates(i, group, mesh)
-        ]
+        updates = [u for i, group in enumerate(self.param_groups) for u in self._frame_updates(i, group, mesh)]
         ok = torch.cat([u.ok for u in updates]).all() if updates else torch.tensor(True)
         if not _dt.all_true(ok, mesh):
             bad = next((u for u in updates if not bool(u.ok.all())), None)
@@ -363,7 +370,7 @@ class StiefelAdam(torch.optim.Optimizer):
     def _adamw_group_step(self, group: dict[str, Any]) -> None:
         params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
         for p in group["params"]:
-            if p.grad is None:
+            if p.grad is None or is_frame(p):
                 continue
             if p.grad.is_sparse:
                 raise RuntimeError("StiefelAdam does not support sparse gradients")
@@ -404,7 +411,7 @@ class StiefelAdam(torch.optim.Optimizer):
         # Frames of one tall shape are stacked into one batch so that each formula is one call.
         buckets: dict[tuple, list[Tensor]] = defaultdict(list)
         for p in group["params"]:
-            if p.grad is None:
+            if p.grad is None or not _is_frame(group, p):
                 continue
             if p.grad.is_sparse:
                 raise RuntimeError(
@@ -436,3 +443,9 @@ class StiefelAdam(torch.optim.Optimizer):
             new = stiefel_adam_frame_update(*bucket.inputs(ps, states), **options,
                                             second_moment=group["second_moment"], projector=group["projector"])
         return BucketUpdate(index, ps, states, bucket, *new)
+
+
+def _is_frame(group: dict[str, Any], p: Tensor) -> bool:
+    """Whether ``p`` of ``group`` is updated as a frame: every parameter of a ``stiefel=True`` group,
+    and a marked frame in any group."""
+    return group["stiefel"] or is_frame(p)

@@ -1,5 +1,5 @@
 """A linear projection whose query and/or key columns are per-head Stiefel frames: the drop-in that
-:func:`stiefel_mini.mha.convert_attention` puts in place of a model's Q/K projection (an
+:func:`stiefel_mini.convert.convert_attention` puts in place of a model's Q/K projection (an
 ``nn.Linear``, a fused Q|K|V ``nn.Linear`` or a GPT-2 ``Conv1D``), so that the model's own attention
 code (rotary embeddings, QK-norm, SDPA, masks, the KV cache) runs on unchanged.
 
@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .geometry import project
+from .groups import FrameHolder
 
 __all__ = ["FrameProjection", "SegmentInfo", "mean_gain"]
 
@@ -29,7 +30,7 @@ class SegmentInfo:
         self.polar_distance, self.gain = polar_distance, gain
 
 
-class FrameProjection(nn.Module):
+class FrameProjection(FrameHolder):
     r"""``out = x W + b`` with ``W = [s^{q}_1 Q_1 | ... | s^{q}_H Q_H | s^{k}_1 K_1 | ... | V]``, the
     output columns in the order of the projection it replaces.
 
@@ -44,7 +45,14 @@ class FrameProjection(nn.Module):
     ``transposed=False`` replaces an ``nn.Linear`` (``F.linear(x, W^T, b)``, weight ``(out, in)``);
     ``transposed=True`` a GPT-2 ``Conv1D`` (``addmm(b, x, W)``, weight ``(in, out)``). With
     ``stiefel=False`` the frames are ordinary weights (:meth:`frames` returns ``[]``) and, loaded by
-    :meth:`from_weight`, the module computes bit for bit what the replaced one computed.
+    :meth:`from_weight`, the module computes bit for bit what the replaced one computed. With
+    ``stiefel=True`` the frames carry the frame mark (:func:`~stiefel_mini.groups.is_frame`), so
+    :class:`~stiefel_mini.optim.StiefelAdam` keeps them on the manifold in any param group.
+
+    :attr:`weight` is the assembled weight, a tensor in the replaced module's layout and shape
+    (``(in, out)`` if ``transposed``, else ``(out, in)``), so code that reads ``.weight`` (its
+    ``shape``, ``dtype``, ``device``) keeps working; it is computed from the parameters on each read,
+    so writing into it changes nothing.
 
     Shapes: input ``(..., in_features)``, output ``(..., out_features)``, ``out_features =
     head_dim * sum(heads) + rest``.
@@ -86,6 +94,7 @@ class FrameProjection(nn.Module):
         shape = (in_features, rest) if transposed else (rest, in_features)
         self.rest_weight = nn.Parameter(torch.empty(shape, **factory)) if rest else None
         self.bias = nn.Parameter(torch.zeros(self.out_features, **factory)) if bias else None
+        self.mark_frames()
 
     # GPT-2's Conv1D names its sizes nf (out) and nx (in); code that reads them keeps working.
     @property
@@ -106,15 +115,16 @@ class FrameProjection(nn.Module):
     def _segments(self) -> list[nn.Parameter]:
         return [getattr(self, f"{name}_weight") for name in self.heads]
 
-    def frames(self) -> list[nn.Parameter]:
-        """The frame parameters ``(heads, in_features, head_dim)``, or ``[]`` when ``stiefel=False``;
-        :func:`stiefel_mini.groups.param_groups` finds them here."""
-        return self._segments() if self.stiefel else []
+    def frame_names(self) -> tuple[str, ...]:
+        """The names of the frame parameters ``(heads, in_features, head_dim)`` (``"q_weight"``,
+        ``"k_weight"``), or ``()`` when ``stiefel=False``."""
+        return tuple(f"{name}_weight" for name in self.heads) if self.stiefel else ()
 
     def qk_weights(self) -> list[nn.Parameter]:
         """The query/key weights, frames or not (the ``"qk"`` group when ``stiefel=False``)."""
         return self._segments()
 
+    @property
     def weight(self) -> Tensor:
         """The assembled weight in the replaced module's layout: ``(in, out)`` if ``transposed``,
         else ``(out, in)``."""
@@ -135,7 +145,7 @@ class FrameProjection(nn.Module):
         return torch.cat(cols, dim=1 if self.transposed else 0)
 
     def forward(self, x: Tensor) -> Tensor:
-        w = self.weight()
+        w = self.weight
         if not self.transposed:
             return F.linear(x, w, self.bias)
         # As Conv1D computes it (a bias is always there in GPT-2), so that stiefel=False is exact.

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+__all__ = ["results_path", "RESULTS_ENV", "CHECKOUT_RESULTS", "PACKAGED_RESULTS"]
+
 RESULTS_ENV = "STIEFEL_MINI_RESULTS"
 """The environment variable that points every reader of results at another folder."""
 _PACKAGE = Path(__file__).resolve().parent

@@ -10,7 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from stiefel_mini.attention import StiefelSelfAttention, make_attention, qk_parameters
+from stiefel_mini.attention import StiefelSelfAttention, make_attention
+from stiefel_mini.groups import qk_parameters
+
+__all__ = ["Block", "PatchViT"]
 
 
 class Block(nn.Module):
@@ -48,7 +51,10 @@ class PatchViT(nn.Module):
         stiefel: make every block's Q/K projections Stiefel frames (``StiefelSelfAttention``);
             False keeps them ordinary weights with the same initialisation.
         logit_scale, train_qk, qk_norm: passed to :func:`~stiefel_mini.attention.make_attention`
-            (``qk_norm``: QK-norm attention; ``train_qk=False``: frozen random Q/K).
+            (``qk_norm``: QK-norm attention, which has a learned gain and no frames, so
+            ``stiefel=True`` or ``logit_scale="fixed"`` with it raises ``ValueError``;
+            ``train_qk=False``: frozen random Q/K). ``logit_scale`` defaults to ``"fixed"``, or
+            ``"learned"`` with ``qk_norm``.
 
     Shapes: (B, 3, image_size, image_size) float -> (B, n_classes) logits.
     """
@@ -66,7 +72,7 @@ class PatchViT(nn.Module):
         d_head: int | None = None,
         mlp_ratio: int = 4,
         stiefel: bool = False,
-        logit_scale: str = "fixed",
+        logit_scale: str | None = None,
         train_qk: bool = True,
         qk_norm: bool = False,
     ):

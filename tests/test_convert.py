@@ -13,7 +13,7 @@ from torch import nn
 
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.groups import frame_parameters, param_groups
-from stiefel_mini.mha import convert_attention
+from stiefel_mini.convert import convert_attention
 from stiefel_mini.optim import StiefelAdam
 from stiefel_mini.projection import FrameProjection
 

@@ -17,9 +17,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from stiefel_mini.attention import frame_parameters, param_groups
+from stiefel_mini.groups import frame_parameters, param_groups
 from stiefel_mini.geometry import orthogonality_error
-from stiefel_mini.mha import convert_attention
+from stiefel_mini.convert import convert_attention
 from stiefel_mini.optim import StiefelAdam
 from tests.ports import free_port
 

@@ -36,7 +36,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from stiefel_mini.attention import frame_parameters, param_groups
+from stiefel_mini.groups import frame_parameters, param_groups
 from stiefel_mini.experiments import fsdp_example
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.mha import StiefelMultiheadAttention

@@ -1,14 +1,21 @@
-"""Tests of stiefel_mini.groups: which parameters go to which param group, and the import paths
-that reach the helpers."""
+"""Tests of stiefel_mini.groups: which parameters go to which param group, the frame mark (kept
+through deepcopy, ``.to()``, state dicts, pickling and FSDP2 sharding), and where the helpers live."""
 
 from __future__ import annotations
+
+import copy
+import io
 
 import pytest
 import torch
 from torch import nn
 
 from stiefel_mini import StiefelAdam, StiefelSelfAttention, frame_parameters, param_groups, qk_parameters
-from stiefel_mini.attention import make_attention
+from stiefel_mini.attention import QKNormSelfAttention, make_attention
+from stiefel_mini.geometry import orthogonality_error
+from stiefel_mini.groups import is_frame, mark_frame
+from stiefel_mini.mha import StiefelMultiheadAttention
+from stiefel_mini.projection import FrameProjection
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -80,10 +87,146 @@ def test_frozen_qk_are_left_out_of_the_param_groups():
     assert "frames" not in names and all(p.requires_grad for ps in names.values() for p in ps)
 
 
-def test_the_helpers_are_one_object_on_every_import_path():
+def test_the_helpers_live_in_groups_and_the_package_only():
     import stiefel_mini
     from stiefel_mini import attention, groups, optim
 
-    for name in ("param_groups", "frame_parameters", "qk_parameters"):
-        assert getattr(attention, name) is getattr(groups, name) is getattr(stiefel_mini, name)
-    assert optim.param_groups is groups.param_groups
+    for name in ("param_groups", "frame_parameters", "qk_parameters", "is_frame", "mark_frame"):
+        assert getattr(groups, name) is getattr(stiefel_mini, name)
+        assert name not in attention.__all__ and name not in optim.__all__
+    for name in ("param_groups", "frame_parameters", "qk_parameters"):  # the old import paths are gone
+        assert not hasattr(attention, name)
+    assert not hasattr(optim, "param_groups")
+
+
+# --------------------------------------------------------------------------------------------------
+# defaults compose: a group that does not set an option takes the optimizer's
+
+
+def test_groups_without_weight_decay_take_the_optimizers():
+    m = _Tiny()
+    opt = StiefelAdam(param_groups(m, frame_options={"lr": 0.02}), lr=1e-3, weight_decay=0.1)
+    got = {g["name"]: g["weight_decay"] for g in opt.param_groups}
+    assert got == {"frames": 0.0, "qk": 0.1, "decay": 0.1, "no_decay": 0.0}
+    # and the decay acts: one step on the decayed weights is torch.optim.AdamW's with weight_decay=0.1
+    ref = copy.deepcopy(m)
+    decayed = {g["name"]: g for g in param_groups(ref)}["decay"]["params"]
+    adamw = torch.optim.AdamW(decayed, lr=1e-3, weight_decay=0.1)
+    for model in (m, ref):
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)
+    opt.step()
+    adamw.step()
+    mine = {g["name"]: g for g in opt.param_groups}["decay"]["params"]
+    for a, b in zip(mine, decayed):
+        assert torch.equal(a, b)
+
+
+def test_weight_decay_given_to_param_groups_is_set_and_other_options_are_left_to_the_optimizer():
+    groups = {g["name"]: g for g in param_groups(_Tiny(), weight_decay=0.05)}
+    assert groups["decay"]["weight_decay"] == groups["qk"]["weight_decay"] == 0.05
+    for g in groups.values():
+        assert not {"lr", "betas", "eps", "max_step"} & set(g), g.keys()
+
+
+def test_the_docstrings_say_what_a_frame_lr_above_the_cap_does():
+    from stiefel_mini import groups, optim
+
+    for doc in (groups.param_groups.__doc__, optim.StiefelAdam.__doc__):
+        text = " ".join(doc.split())
+        assert "above ``max_step``" in text and "trust cap" in text
+
+
+# --------------------------------------------------------------------------------------------------
+# the frame mark
+
+
+def _marked(model):
+    return sorted(name for name, p in model.named_parameters() if is_frame(p))
+
+
+def _holders(stiefel=True):
+    torch.manual_seed(3)
+    return nn.Sequential(StiefelSelfAttention(8, 2, stiefel=stiefel),
+                         StiefelMultiheadAttention(8, 2, batch_first=True, stiefel=stiefel),
+                         FrameProjection.from_weight(torch.randn(24, 8), torch.zeros(24), {"q": 2, "k": 2}, 4,
+                                                     stiefel=stiefel)[0])
+
+
+FRAMES = ["0.w_k", "0.w_q", "1.k_weight", "1.q_weight", "2.k_weight", "2.q_weight"]
+
+
+def test_frames_are_marked_and_nothing_else():
+    assert _marked(_holders()) == FRAMES
+    assert _marked(_holders(stiefel=False)) == []
+    assert _marked(QKNormSelfAttention(8, 2)) == []
+    assert _ids(p for p in _holders().parameters() if is_frame(p)) != []
+    m = _holders()
+    assert _ids(p for p in m.parameters() if is_frame(p)) == _ids(frame_parameters(m))
+
+
+def test_the_mark_survives_deepcopy_to_state_dict_and_assignment():
+    m = _holders()
+    assert _marked(copy.deepcopy(m)) == FRAMES
+    assert _marked(m.to(torch.float64)) == FRAMES
+    fresh = _holders()
+    fresh.load_state_dict(m.state_dict())
+    assert _marked(fresh) == FRAMES
+    fresh.load_state_dict(m.state_dict(), assign=True)  # new parameter objects
+    assert _marked(fresh) == FRAMES and fresh[0].w_q is not m[0].w_q
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    assert _marked(torch.load(buf, weights_only=False)) == FRAMES
+
+
+def test_mark_frame_marks_any_matrix_and_refuses_a_vector():
+    w = nn.Parameter(torch.eye(3))
+    assert not is_frame(w) and mark_frame(w) is w and is_frame(w)
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        mark_frame(nn.Parameter(torch.ones(3)))
+
+
+def _sharded_marks(rank: int, port: int, out: str) -> None:
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=60))
+    try:
+        m = _holders()
+        for module in m:
+            fully_shard(module)
+        fully_shard(m)
+        marked = _marked(m)
+        opt = StiefelAdam(m.parameters(), lr=0.05)
+        x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(rank))
+        for _ in range(3):
+            opt.zero_grad()
+            y = m[0](x)
+            y = m[1](y, y, y, need_weights=False)[0]
+            m[2](y).square().mean().backward()  # marked frames unsharded and resharded
+            opt.step()
+        errors = [orthogonality_error(p.full_tensor()).max().item() for p in frame_parameters(m)]
+        if rank == 0:
+            torch.save({"marked": marked, "after": _marked(m), "errors": errors}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="torch.distributed with gloo is not available")
+def test_the_mark_survives_fsdp2_sharding_and_keeps_frames_on_the_manifold(tmp_path):
+    import torch.multiprocessing as mp
+
+    from tests.ports import free_port
+
+    out = str(tmp_path / "marks.pt")
+    mp.spawn(_sharded_marks, args=(free_port(), out), nprocs=2, join=True)
+    got = torch.load(out)
+    assert got["marked"] == got["after"] == FRAMES
+    assert max(got["errors"]) < 1e-5

@@ -8,7 +8,7 @@ import torch
 
 from stiefel_mini.groups import frame_parameters, param_groups
 from stiefel_mini.hf import from_pretrained_converted, load_converted
-from stiefel_mini.mha import convert_attention
+from stiefel_mini.convert import convert_attention
 from stiefel_mini.optim import StiefelAdam
 
 pytest.importorskip("timm")

@@ -18,11 +18,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "stiefel_mini"
 LAYERS = {
     "geometry": 0, "_numerics": 0, "_distributed": 0, "resources": 0,
     "optim": 1, "groups": 1,
-    "attention": 2, "mha": 2, "_mha_inputs": 2, "_mha_report": 2, "vit": 2,
+    "attention": 2, "mha": 2, "_mha_inputs": 2, "conversion_report": 2, "vit": 2,
     "projection": 2, "convert": 2, "hf": 2,
     "experiments": 3,
     "evidence": 4,
-    "verdicts": 5, "widgets": 5, "plots": 5,
+    "widgets": 5, "plots": 5,
 }
 PRIVATE_LAYER = 1  # a private module not in the table (``_name``) is a kernel beside the optimizer
 

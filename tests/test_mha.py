@@ -9,9 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from stiefel_mini.attention import frame_parameters, param_groups
+from stiefel_mini.groups import frame_parameters, param_groups
 from stiefel_mini.geometry import orthogonality_error, project
-from stiefel_mini.mha import StiefelMultiheadAttention, convert_attention
+from stiefel_mini.convert import convert_attention
+from stiefel_mini.mha import StiefelMultiheadAttention
 from stiefel_mini.optim import StiefelAdam
 
 E, H, N, L, S = 16, 4, 3, 5, 6

@@ -27,7 +27,7 @@ def test_unconstrained_copy_computes_exactly_what_the_replaced_projection_comput
     x = torch.randn(2, 5, D)
     expected = torch.addmm(b, x.view(-1, D), w).view(2, 5, -1) if transposed else F.linear(x, w, b)
     assert torch.equal(proj(x), expected)
-    assert torch.equal(proj.weight(), w)
+    assert torch.equal(proj.weight, w)
     assert proj.frames() == [] and len(proj.qk_weights()) == 2
     assert info["q"].polar_distance == 0.0 == info["k"].polar_distance
 
@@ -47,7 +47,7 @@ def test_each_head_becomes_the_polar_factor_of_its_own_block(transposed):
         dist = float(torch.linalg.norm(whole - project(whole)) / torch.linalg.norm(whole))
         assert info[seg].polar_distance == pytest.approx(dist, rel=1e-5)
     # V and the bias are copied as they are.
-    assert torch.equal(proj.weight()[..., 2 * H * HD:] if transposed else proj.weight()[2 * H * HD:],
+    assert torch.equal(proj.weight[..., 2 * H * HD:] if transposed else proj.weight[2 * H * HD:],
                        w[:, 2 * H * HD:] if transposed else w[2 * H * HD:])
     assert torch.equal(proj.bias, b)
     groups = {g["name"]: g for g in param_groups(proj)}
@@ -61,7 +61,7 @@ def test_learned_scale_starts_at_the_mean_singular_value_and_brings_the_weight_c
     blocks = w[: H * HD].reshape(H, HD, D)  # head h's rows of Q
     torch.testing.assert_close(learned.q_log_scale.exp(), torch.linalg.svdvals(blocks).mean(-1))
     torch.testing.assert_close(info["q"].gain, learned.q_log_scale.exp())
-    assert torch.linalg.norm(learned.weight() - w) < torch.linalg.norm(fixed.weight() - w)
+    assert torch.linalg.norm(learned.weight - w) < torch.linalg.norm(fixed.weight - w)
     assert {g["name"] for g in param_groups(learned)} == {"frames", "decay", "no_decay"}
 
 

@@ -5,7 +5,7 @@ Two tables hold everything, as data:
 
 * :data:`QK_RULES`: per Q/K rule, the optimizer class, whether the attention holds Q/K as Stiefel
   frames and trains them, the param group that holds them (``"frames"`` or ``"qk"`` of
-  :func:`stiefel_mini.attention.param_groups`) and that group's options. An option's value is a
+  :func:`stiefel_mini.groups.param_groups`) and that group's options. An option's value is a
   constant or :class:`Setting` ``(name)``, a run setting that :func:`make_optimizer` fills in
   (``lr``, ``frame_lr``, ``max_step``, ...);
 * :data:`ARMS`: per arm, its rule and the options it changes (``{"second_moment": "element"}``).
@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from stiefel_mini.attention import param_groups, qk_parameters
+from stiefel_mini.groups import param_groups, qk_parameters
 from stiefel_mini.geometry import project
 from stiefel_mini.optim import StiefelAdam
 
@@ -156,7 +156,7 @@ ARMS: dict[str, Arm] = {
             description="StiefelAdam on Q/K frames, learned per-head logit scale"),
         Arm("frozen_learned", "frozen", logit_scale="learned",
             description="random Q/K frames, never updated, learned per-head logit scale"),
-        Arm("qknorm", "adamw", qk_norm=True, description="AdamW on QK-norm attention (normalised q, k; learned gain)"),
+        Arm("qknorm", "adamw", qk_norm=True, logit_scale="learned", description="AdamW on QK-norm attention (normalised q, k; learned gain)"),
         Arm("uniform", "none", description="control: uniform attention, Q/K unused"),
     ]
 }
@@ -208,7 +208,7 @@ def make_optimizer(
         frame_lr: lr of ``stiefel`` and ``adamw_polar`` frames (default ``lr``).
         max_step, retraction: StiefelAdam's trust cap and retraction for ``stiefel`` frames.
 
-    The groups are :func:`~stiefel_mini.attention.param_groups` of the model with the Q/K group's
+    The groups are :func:`~stiefel_mini.groups.param_groups` of the model with the Q/K group's
     options from :data:`QK_RULES` and the arm, unchanged. ``frozen`` and ``none`` arms need a model
     whose Q/K were built with ``train_qk=False``; a ``ValueError`` says so otherwise.
     """

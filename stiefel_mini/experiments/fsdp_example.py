@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from stiefel_mini.attention import frame_parameters, param_groups
+from stiefel_mini.groups import frame_parameters, param_groups
 from stiefel_mini.experiments.runner import cli, parse_cli
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.optim import StiefelAdam

@@ -1,9 +1,11 @@
-"""What :func:`stiefel_mini.mha.convert_attention` reports: each converted layer, how far the polar
-map moved its query and key weights, and how the logit scale is handled."""
+"""What :func:`stiefel_mini.convert.convert_attention` reports: each converted layer, how far the
+polar map moved its query and key weights, and how the logit scale is handled."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+__all__ = ["ConversionReport", "ConvertedLayer"]
 
 
 @dataclass
@@ -13,7 +15,9 @@ class ConvertedLayer:
 
     ``qk_gain`` is the mean over query heads of ``mean sigma(Q_h) * mean sigma(K_h)`` of the weights
     before the polar map: the factor the map divides the logits by unless a learned per-head scale
-    (``logit_scale="learned"``, started at the singular values) absorbs it. ``None`` for
+    (``logit_scale="learned"``, started at the singular values) absorbs it, so with ``"fixed"`` the
+    logits are multiplied by ``1 / qk_gain`` (they grow where the weights' singular values are below
+    1, as in a freshly initialised model, and shrink where they are above 1). ``None`` for
     ``nn.MultiheadAttention``, whose learned temperature :meth:`stiefel_mini.mha.StiefelMultiheadAttention.load_from_torch`
     starts from the same product.
     """
@@ -30,6 +34,15 @@ class ConvertedLayer:
     logit_scale: str = "fixed"
 
     @property
+    def logit_factor(self) -> float | None:
+        """The factor the conversion multiplies this layer's logits by: ``1 / qk_gain`` with
+        ``logit_scale="fixed"``, ``1.0`` with ``"learned"`` (the scale absorbs the gain), ``None``
+        when unknown (``nn.MultiheadAttention`` with ``"fixed"``)."""
+        if self.logit_scale == "learned":
+            return 1.0
+        return None if self.qk_gain is None else 1 / self.qk_gain
+
+    @property
     def num_frames(self) -> int:
         """Number of per-head frames of this layer, one per query head and one per key head."""
         return self.num_heads + (self.num_heads if self.kv_heads is None else self.kv_heads)
@@ -40,12 +53,12 @@ class ConvertedLayer:
             return "unchanged"
         if self.logit_scale == "learned":
             return "learned" if self.qk_gain is None else f"learned, starts x{self.qk_gain:.3g}"
-        return "fixed" if self.qk_gain is None else f"fixed: logits x{1 / self.qk_gain:.3g}"
+        return "fixed" if self.qk_gain is None else f"fixed: logits x{self.logit_factor:.3g}"
 
 
 @dataclass
 class ConversionReport:
-    """What :func:`convert_attention` changed; ``print(report)`` shows it as a table."""
+    """What :func:`~stiefel_mini.convert.convert_attention` changed; ``print(report)`` shows it as a table."""
 
     stiefel: bool
     layers: list[ConvertedLayer] = field(default_factory=list)
@@ -81,9 +94,13 @@ class ConversionReport:
             lines.append(
                 f"  {self.num_frames} frames; V, output projections, biases and norms copied unchanged"
             )
-            if any(layer.qk_gain is not None and layer.logit_scale == "fixed" for layer in self.layers):
+            factors = [layer.logit_factor for layer in self.layers
+                       if layer.qk_gain is not None and layer.logit_scale == "fixed"]
+            if factors:
+                change = ("grow" if min(factors) > 1 else "shrink" if max(factors) < 1 else "grow or shrink")
                 lines.append(
-                    "  logit scale 'fixed': the model's own 1/sqrt(d_head) is kept, so each head's logits "
-                    "shrink by the singular values the polar map removed (logit_scale='learned' keeps them)"
+                    f"  logit scale 'fixed': the model's own 1/sqrt(d_head) is kept, so the logits {change} "
+                    "by the factor shown (x1/gain: the singular values the polar map removed); "
+                    "logit_scale='learned' keeps their size"
                 )
         return "\n".join(lines)
