@@ -156,16 +156,14 @@ class StiefelAdam(torch.optim.Optimizer):
 
     Frames are tensors ``(..., r, c)`` whose leading dimensions index independent frames, each with
     orthonormal columns if ``r >= c`` and orthonormal rows otherwise (so an ``nn.Linear`` weight can
-    be a frame as it is). A parameter is updated as a frame if its param group has ``stiefel=True``
-    or if it carries the frame mark (:func:`~stiefel_mini.groups.is_frame`, set by the modules of
-    this library on their frames): a marked frame is a frame in whatever group it arrives, so
-    ``StiefelAdam(model.parameters(), lr=1e-2)`` keeps the frames on the manifold, with that group's
-    ``lr``, ``betas``, ``eps``, ``max_step`` and ablation options (its ``weight_decay`` does not
-    apply, see below). To give the frames options of their own (their own ``lr``), pass
-    :func:`~stiefel_mini.groups.param_groups`, which puts them in a ``"frames"`` group; to train a
-    frame as an ordinary weight, build its module with ``stiefel=False``. Every other parameter is
-    updated exactly as ``torch.optim.AdamW`` would with the same hyperparameters, so one optimizer
-    trains a whole model.
+    be a frame as it is). Every parameter of a group with ``stiefel=True`` is a frame, and so is a
+    marked one (:func:`~stiefel_mini.groups.is_frame`: this library's modules mark their frames) in
+    whatever group it arrives, with that group's ``lr``, ``betas``, ``eps``, ``max_step`` and
+    ablation options: ``StiefelAdam(model.parameters(), lr=1e-2)`` keeps the frames on the manifold.
+    :func:`~stiefel_mini.groups.param_groups` gives the frames a group, and options, of their own;
+    a module built with ``stiefel=False`` has no frames. Every other parameter is updated exactly
+    as ``torch.optim.AdamW`` would with the same hyperparameters, so one optimizer trains a whole
+    model.
 
     For a frame ``W_t`` (written tall, ``n x p``) with Euclidean gradient ``G_t`` at step ``t``, the
     update is :func:`stiefel_adam_frame_update` (which states it line by line):
@@ -446,6 +444,5 @@ class StiefelAdam(torch.optim.Optimizer):
 
 
 def _is_frame(group: dict[str, Any], p: Tensor) -> bool:
-    """Whether ``p`` of ``group`` is updated as a frame: every parameter of a ``stiefel=True`` group,
-    and a marked frame in any group."""
+    """Whether ``p`` of ``group`` is updated as a frame (a ``stiefel=True`` group's, or marked)."""
     return group["stiefel"] or is_frame(p)

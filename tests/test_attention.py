@@ -274,6 +274,25 @@ def test_reset_parameters_with_a_generator_gives_one_start_for_every_variant():
     assert not torch.equal(m.w_q, ref["w_q"])
 
 
+def test_make_attention_refuses_options_qk_norm_would_drop():
+    from stiefel_mini.attention import QKNormSelfAttention, make_attention
+    from stiefel_mini.vit import PatchViT
+
+    for flags in ({"stiefel": True}, {"logit_scale": "fixed"}):
+        with pytest.raises(ValueError, match=f"qk_norm=True, {next(iter(flags))}="):
+            make_attention(16, 2, 4, qk_norm=True, **flags)
+    with pytest.raises(ValueError, match="qk_norm=True, stiefel=True"):
+        PatchViT(d_model=16, depth=1, n_heads=2, stiefel=True, qk_norm=True)
+    # the options QK-norm has are accepted, and the defaults give it
+    for flags in ({}, {"stiefel": False}, {"logit_scale": "learned"}):
+        assert type(make_attention(16, 2, 4, qk_norm=True, **flags)) is QKNormSelfAttention
+    vit = PatchViT(d_model=16, depth=1, n_heads=2, qk_norm=True)
+    assert type(vit.blocks[0].attn) is QKNormSelfAttention
+    plain = make_attention(16, 2, 4)
+    assert plain.stiefel and plain.logit_scale == "fixed" and len(plain.frames()) == 2
+    assert len(PatchViT(d_model=16, depth=2, n_heads=2, stiefel=True).qk_parameters()) == 4
+
+
 def test_entropy_in_nats_with_zero_probabilities():
     from stiefel_mini.attention import entropy
 

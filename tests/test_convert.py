@@ -255,3 +255,34 @@ def test_cross_attention_from_inputs_of_another_size_is_refused():
     with pytest.raises(ValueError, match=r"model\.layers\.0\.self_attn .*LlamaAttention.*cross-attention with keys "
                                          r"of size 16"):
         convert_attention(model)
+
+
+def test_the_reports_words_agree_with_its_numbers():
+    """Random-init GPT-2 (weights of std 0.02): the polar map makes the logits larger, and the
+    report says they grow; with Q/K weights scaled up 1000x they shrink, and it says so."""
+    text = str(convert_attention(_build("gpt2")))
+    assert "logits grow" in text and "shrink" not in text
+    model = _build("gpt2")
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.c_attn.weight[:, : 2 * WIDTH].mul_(1000.0)
+    report = convert_attention(model)
+    assert all(layer.logit_factor < 1 for layer in report.layers)
+    assert "logits shrink" in str(report) and "grow" not in str(report)
+    for layer in report.layers:
+        assert f"x{layer.logit_factor:.3g}" in layer.logit_note(True)
+
+
+@pytest.mark.parametrize("stiefel", [False, True])
+@pytest.mark.parametrize("name, attr", [("gpt2", "c_attn"), ("llama_gqa", "q_proj"), ("llama_gqa", "k_proj"),
+                                        ("timm_vit", "qkv"), ("bert", "query")])
+def test_weight_of_a_replaced_projection_is_a_tensor_of_its_layout_and_shape(name, attr, stiefel):
+    model = _build(name)
+    attn = next(m for m in model.modules() if isinstance(getattr(m, attr, None), nn.Module))
+    before = getattr(attn, attr).weight.detach().clone()
+    convert_attention(model, stiefel=stiefel)
+    after = getattr(attn, attr)
+    assert isinstance(after, FrameProjection) and isinstance(after.weight, torch.Tensor)
+    assert after.weight.shape == before.shape and after.weight.dtype == before.dtype
+    if not stiefel:
+        assert torch.equal(after.weight, before)

@@ -1,7 +1,11 @@
-"""Reloading converted models: state_dict round trips (timm, BERT, Llama) and save_pretrained +
-from_pretrained_converted (GPT-2, Llama), on tiny models built from configs."""
+"""Converted Hugging Face models: state_dict round trips (timm, BERT, Llama), save_pretrained +
+from_pretrained_converted (GPT-2, Llama), and the model methods users call on them (num_parameters,
+resize_token_embeddings, gradient checkpointing, a bfloat16 forward), on tiny models built from
+configs."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -66,3 +70,48 @@ def test_from_pretrained_converted_refuses_an_unconverted_checkpoint(tmp_path):
     _build("gpt2").save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="not converted before it was saved"):
         from_pretrained_converted(transformers.GPT2LMHeadModel, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
+def test_hugging_face_model_methods_work_on_a_converted_model(name):
+    """num_parameters, resize_token_embeddings, gradient checkpointing and a bfloat16 forward."""
+    model = _build(name)
+    before = model.num_parameters()
+    report = convert_attention(model)
+    # the frames replace the Q/K weights entry for entry ("fixed" scale: no parameter added)
+    assert model.num_parameters() == before
+    assert report.num_frames > 0 and _max_orthogonality_error(model) < 1e-5
+
+    vocab = model.get_input_embeddings().num_embeddings
+    model.resize_token_embeddings(vocab + 8)
+    assert model.get_input_embeddings().num_embeddings == vocab + 8
+    assert _out(name, model, _inputs(name)).shape[-1] == vocab + 8
+
+    x = _inputs(name)
+
+    def loss(m):
+        logits = _out(name, m, x)  # (B, T, vocab + 8)
+        return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), x[:, 1:].flatten())
+
+    model.train()
+    model.config.use_cache = False
+    opt = StiefelAdam(model.parameters(), lr=1e-2)  # the frames found by their mark
+    ref = copy.deepcopy(model)
+    model.activation_checkpointing_enable()  # transformers 5's name for gradient checkpointing
+    assert model.is_activation_checkpointing
+    for m in (model, ref):
+        m.zero_grad()
+        torch.manual_seed(3)  # the same dropout masks (checkpointing replays them in the recomputation)
+        loss(m).backward()
+    for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=n)
+    opt.step()
+    assert _max_orthogonality_error(model) < 1e-5
+
+    model.activation_checkpointing_disable()
+    half = copy.deepcopy(model).eval().to(torch.bfloat16)
+    with torch.no_grad():
+        logits = _out(name, half, x)
+        want = _out(name, model.eval(), x)
+    assert logits.dtype == torch.bfloat16
+    assert (logits.float() - want).abs().max() < 0.05 * want.abs().max()

@@ -324,3 +324,22 @@ def test_reset_parameters_draws_from_a_generator():
     m.reset_parameters()
     assert not torch.equal(m.q_weight, starts[0]["q_weight"])
     assert orthogonality_error(m.q_weight).max() < 1e-5
+
+
+@pytest.mark.parametrize("kv", [{}, {"kdim": 96, "vdim": 160}], ids=["fused", "separate"])
+def test_non_frame_parameters_start_as_nn_multihead_attention_does(kv):
+    """V, the output projection and the biases have the laws ``nn.MultiheadAttention`` gives them:
+    V uniform with Xavier's bound over the fused (3E, E) in-projection (sqrt(6 / 4E), std 0.0442 at
+    E = 256; it was drawn over (E, E), std 0.0625, before) or over (E, vdim) alone."""
+    E, H = 256, 8
+    torch.manual_seed(0)
+    ours, theirs = StiefelMultiheadAttention(E, H, **kv), nn.MultiheadAttention(E, H, **kv)
+    v_theirs = theirs.in_proj_weight[2 * E:] if not kv else theirs.v_proj_weight
+    bound = math.sqrt(6 / (4 * E)) if not kv else math.sqrt(6 / (E + kv["vdim"]))
+    for w in (ours.v_proj.weight, v_theirs):
+        assert w.shape == (E, kv.get("vdim", E))
+        assert bound * 0.999 < w.abs().max().item() <= bound  # uniform on [-bound, bound]
+    torch.testing.assert_close(ours.v_proj.weight.std(), v_theirs.std(), rtol=0.02, atol=0)
+    torch.testing.assert_close(ours.out_proj.weight.std(), theirs.out_proj.weight.std(), rtol=0.02, atol=0)
+    for b in (ours.q_bias, ours.k_bias, ours.v_proj.bias, ours.out_proj.bias):
+        assert torch.equal(b, torch.zeros(E))

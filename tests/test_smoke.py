@@ -27,6 +27,27 @@ def test_torch_and_torchvision_work_together():
     assert tv_minor == torch_minor + 15, (torch.__version__, torchvision.__version__)
 
 
+# The oldest torch this project has run its tests with (CI, the README's setup): the floor that
+# pyproject.toml promises may not be older, since StiefelAdam calls torch's functional Adam with
+# keywords older releases lack.
+OLDEST_TESTED_TORCH = (2, 14)
+
+
+def test_the_torch_floor_is_a_tested_release():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    import torch
+
+    deps = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+    floor = next(re.fullmatch(r"torch>=(\d+)\.(\d+)", d) for d in deps if d.startswith("torch"))
+    assert floor, deps
+    floor = tuple(int(x) for x in floor.groups())
+    installed = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    assert OLDEST_TESTED_TORCH <= floor <= installed, (floor, torch.__version__)
+
+
 def test_public_api():
     import stiefel_mini
 
@@ -43,6 +64,10 @@ def test_public_api():
         "canonical_gradient",
         "random_stiefel",
         "orthogonality_error",
+        "convert_attention",
+        "StiefelMultiheadAttention",
+        "is_frame",
+        "mark_frame",
     }
     assert expected <= set(stiefel_mini.__all__)
     for name in stiefel_mini.__all__:

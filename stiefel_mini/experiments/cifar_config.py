@@ -96,7 +96,7 @@ class CifarConfig:
     # Random streams: "streams" is the package rule (runtime.generator(seed, name)); "v0" draws the
     # weights from the global torch seed = seed, batches and augmentation from Generator(seed), the
     # training subset from Generator(10_000 + seed) and the fixed test / train-eval subsets from
-    # Generator(12_345): the cpu, gpu, repro and live plans and the files made with them use it.
+    # Generator(12_345), so that the results files whose provenance says seeding="v0" rerun bit for bit.
     seeding: Literal["v0", "streams"] = "streams"
     model: CifarModel = field(default_factory=CifarModel)
     optimizer: CifarOptimizer = field(default_factory=CifarOptimizer)

@@ -191,7 +191,7 @@ def run(cfg: CifarConfig, data: cifar_data.Cifar10 | None = None) -> dict:
     optimizer = make_optimizer(model, spec, **optimizer_options(cfg.optimizer))
     # One generator drives subset-independent randomness of training: batch order and augmentation.
     if cfg.seeding == "v0":
-        torch.manual_seed(cfg.seed)  # v0 reseeds the global generator here; nothing below draws from it
+        torch.manual_seed(cfg.seed)  # so that what runs after this in the process draws as for the v0 files
     gen = stream(cfg, "batches")
 
     idx = train_indices(data.train_y, cfg.train_fraction, stream(cfg, "subset"))
