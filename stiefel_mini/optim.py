@@ -196,8 +196,8 @@ class StiefelAdam(torch.optim.Optimizer):
       norms are not invariant under ``R``; ``"element"`` under neither. ``"column"`` and
       ``"element"`` rescale the direction unevenly, so ``D`` is projected onto the tangent space
       again before the step.
-    * ``retraction``: ``"polar"``, ``"qr"``, ``"cayley"`` or ``"exp"`` (see
-      :mod:`stiefel_mini.geometry`).
+    * ``retraction``: ``"polar"``, ``"qr"``, ``"cayley"`` or ``"exp"`` (see :mod:`stiefel_mini.geometry`;
+      Cayley and exp results are re-orthonormalised once ``||W^T W - I||_F`` passes ``64 u``).
     * ``projector``: ``"euclidean"`` (``P_W``), ``"canonical"`` (``G - W G^T W``) or ``"none"``
       (Adam on the raw gradient, then a polar, QR or Cayley retraction pulls the result back on
       the manifold, so ``"none"`` with ``"exp"`` raises ``ValueError``; the

@@ -277,8 +277,9 @@ def test_frame_edited_in_place_is_repaired_when_close_and_refused_when_far():
     with torch.no_grad():
         cay.mul_(1.01)
     err = orthogonality_error(cay.detach()).item()
-    opt.step()  # documented: Cayley keeps the error the frame has (it does not repair it)
-    assert orthogonality_error(cay.detach()).item() == pytest.approx(err, rel=1e-3)
+    assert err > 0.04
+    opt.step()  # documented: a Cayley result past 64 u off the manifold is re-orthonormalised
+    assert orthogonality_error(cay.detach()).item() < 1e-6
 
 
 # --------------------------------------------------------------------------------------------------
