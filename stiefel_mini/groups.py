@@ -4,7 +4,7 @@ and the named param groups (frames, Q/K weights, other matrices, vectors).
 A frame carries a mark (:func:`is_frame`), set by the module that owns it: the modules of this
 library hold their frames through :class:`FrameHolder`, which marks them when they are created and
 again whenever they are replaced (``load_state_dict(assign=True)``, FSDP2's ``fully_shard``, which
-swaps every parameter for a sharded one, ``copy.deepcopy``). ``StiefelAdam`` updates a marked
+swaps every parameter for a sharded one, ``copy.deepcopy``, ``.to_empty()`` from the meta device). ``StiefelAdam`` updates a marked
 parameter as a frame in whatever group it arrives, so ``StiefelAdam(model.parameters())`` keeps
 the frames on the manifold; ``torch.optim.AdamW`` does not read the mark and trains a frame as an
 ordinary weight (off the manifold).
@@ -50,9 +50,8 @@ class FrameHolder(nn.Module):
     A subclass defines :meth:`frame_names` and calls :meth:`mark_frames` at the end of its
     ``__init__``. From then on a tensor assigned to one of those names is marked, so the mark follows
     the module's frames through ``load_state_dict(assign=True)`` and FSDP2's ``fully_shard`` (both
-    set parameters with ``setattr``) and through ``copy.deepcopy`` (which rebuilds the module with
-    ``__setstate__``); ``load_state_dict`` without ``assign`` and ``.to()`` keep the parameter
-    objects, and with them the mark.
+    set parameters with ``setattr``), ``copy.deepcopy`` and pickling (which rebuild the module with
+    ``__setstate__``) and ``.to()``, ``.to_empty()`` (which may put new parameter objects in place).
     """
 
     def frame_names(self) -> tuple[str, ...]:
@@ -78,6 +77,13 @@ class FrameHolder(nn.Module):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.mark_frames()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "FrameHolder":
+        # .to_empty() from the meta device, and .to() under torch.__future__'s swap mode, put new
+        # parameter objects in place without setattr.
+        module = super()._apply(fn, recurse)
+        self.mark_frames()
+        return module
 
 
 def _collect(model: nn.Module, method: str) -> Iterator[nn.Parameter]:

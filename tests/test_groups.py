@@ -174,6 +174,14 @@ def test_the_mark_survives_deepcopy_to_state_dict_and_assignment():
     assert _marked(fresh) == FRAMES
     fresh.load_state_dict(m.state_dict(), assign=True)  # new parameter objects
     assert _marked(fresh) == FRAMES and fresh[0].w_q is not m[0].w_q
+    with torch.device("meta"):
+        empty = nn.Sequential(StiefelSelfAttention(8, 2), StiefelMultiheadAttention(8, 2, batch_first=True))
+    assert _marked(empty.to_empty(device="cpu")) == FRAMES[:4]  # new parameter objects, marked again
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        assert _marked(_holders().to(torch.float64)) == FRAMES  # swapped parameter objects
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(False)
     buf = io.BytesIO()
     torch.save(m, buf)
     buf.seek(0)
