@@ -4,10 +4,10 @@ and the named param groups (frames, Q/K weights, other matrices, vectors).
 A frame carries a mark (:func:`is_frame`), set by the module that owns it: the modules of this
 library hold their frames through :class:`FrameHolder`, which marks them when they are created and
 again whenever they are replaced (``load_state_dict(assign=True)``, FSDP2's ``fully_shard``, which
-swaps every parameter for a sharded one, ``copy.deepcopy``, ``.to_empty()`` from the meta device). ``StiefelAdam`` updates a marked
-parameter as a frame in whatever group it arrives, so ``StiefelAdam(model.parameters())`` keeps
-the frames on the manifold; ``torch.optim.AdamW`` does not read the mark and trains a frame as an
-ordinary weight (off the manifold).
+swaps every parameter for a sharded one, ``copy.deepcopy``, ``.to_empty()`` from the meta device).
+``StiefelAdam`` updates a marked parameter as a frame in whatever group it arrives, so
+``StiefelAdam(model.parameters())`` keeps the frames on the manifold; ``torch.optim.AdamW`` does
+not read the mark and trains a frame as an ordinary weight (off the manifold).
 
 A module takes part by defining ``frames()`` (its Stiefel frames) and ``qk_weights()`` (its query and
 key weights, frames or not), as :class:`~stiefel_mini.attention.StiefelSelfAttention` and
