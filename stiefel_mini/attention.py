@@ -130,7 +130,8 @@ class StiefelSelfAttention(FrameHolder):
         )
 
     def frame_names(self) -> tuple[str, ...]:
-        """``("w_q", "w_k")``, or ``()`` when ``stiefel=False``: the Stiefel frames (see :meth:`frames`)."""
+        """``("w_q", "w_k")``, or ``()`` when ``stiefel=False``: the names of the Stiefel frames
+        (:meth:`~stiefel_mini.groups.FrameHolder.frames` returns them)."""
         return ("w_q", "w_k") if self.stiefel else ()
 
     def qk_weights(self) -> list[nn.Parameter]:

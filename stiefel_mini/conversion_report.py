@@ -35,9 +35,11 @@ class ConvertedLayer:
 
     @property
     def logit_factor(self) -> float | None:
-        """The factor the conversion multiplies this layer's logits by: ``1 / qk_gain`` with
-        ``logit_scale="fixed"``, ``1.0`` with ``"learned"`` (the scale absorbs the gain), ``None``
-        when unknown (``nn.MultiheadAttention`` with ``"fixed"``)."""
+        """The factor by which the conversion multiplies this layer's logits.
+
+        ``1 / qk_gain`` with ``logit_scale="fixed"``, ``1.0`` with ``"learned"`` (the scale absorbs
+        the gain), ``None`` when unknown (``nn.MultiheadAttention`` with ``"fixed"``).
+        """
         if self.logit_scale == "learned":
             return 1.0
         return None if self.qk_gain is None else 1 / self.qk_gain

@@ -4,7 +4,7 @@
 ``torch.nn.MultiheadAttention`` and returns the same ``(output, weights)`` pair. The query and
 key in-projections are stored per head as wide frames of shape ``(num_heads, head_dim, embed_dim)``:
 head ``h``'s block of rows of ``nn.MultiheadAttention``'s ``in_proj_weight``, with orthonormal rows
-(the library's orientation rule). :func:`convert_attention` swaps every ``nn.MultiheadAttention``
+(the library's orientation rule). :func:`~stiefel_mini.convert.convert_attention` swaps every ``nn.MultiheadAttention``
 of a model for one of these in place (:mod:`stiefel_mini.convert`), mapping the trained Q/K
 weights onto the manifold with the polar map :func:`stiefel_mini.geometry.project`
 (:meth:`StiefelMultiheadAttention.from_torch`).
@@ -52,7 +52,7 @@ class StiefelMultiheadAttention(FrameHolder):
     mark (:func:`~stiefel_mini.groups.is_frame`), so :class:`~stiefel_mini.optim.StiefelAdam` keeps
     them on the manifold in any param group. ``stiefel=False`` keeps the same parameters but
     unconstrained: then the module computes exactly what ``nn.MultiheadAttention`` computes with the
-    same weights, and :meth:`frames` returns ``[]``.
+    same weights, and :meth:`~stiefel_mini.groups.FrameHolder.frames` returns ``[]``.
 
     Learned tensors (``E = embed_dim``, ``H = num_heads``, ``hd = E // H``):
 
@@ -188,7 +188,7 @@ class StiefelMultiheadAttention(FrameHolder):
 
     def frame_names(self) -> tuple[str, ...]:
         """``("q_weight", "k_weight")``, or ``()`` when ``stiefel=False``: the Stiefel frames (see
-        :meth:`frames`)."""
+        :meth:`~stiefel_mini.groups.FrameHolder.frames`)."""
         return ("q_weight", "k_weight") if self.stiefel else ()
 
     def qk_weights(self) -> list[nn.Parameter]:

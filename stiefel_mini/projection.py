@@ -44,7 +44,8 @@ class FrameProjection(FrameHolder):
 
     ``transposed=False`` replaces an ``nn.Linear`` (``F.linear(x, W^T, b)``, weight ``(out, in)``);
     ``transposed=True`` a GPT-2 ``Conv1D`` (``addmm(b, x, W)``, weight ``(in, out)``). With
-    ``stiefel=False`` the frames are ordinary weights (:meth:`frames` returns ``[]``) and, loaded by
+    ``stiefel=False`` the frames are ordinary weights
+    (:meth:`~stiefel_mini.groups.FrameHolder.frames` returns ``[]``) and, loaded by
     :meth:`from_weight`, the module computes bit for bit what the replaced one computed. With
     ``stiefel=True`` the frames carry the frame mark (:func:`~stiefel_mini.groups.is_frame`), so
     :class:`~stiefel_mini.optim.StiefelAdam` keeps them on the manifold in any param group.
@@ -126,8 +127,8 @@ class FrameProjection(FrameHolder):
 
     @property
     def weight(self) -> Tensor:
-        """The assembled weight in the replaced module's layout: ``(in, out)`` if ``transposed``,
-        else ``(out, in)``."""
+        """The assembled weight, in the replaced module's layout and shape (``(in, out)`` if
+        ``transposed``, else ``(out, in)``), computed from the frames, scales and ``rest_weight``."""
         cols = []
         for name in self.heads:
             w = getattr(self, f"{name}_weight")  # (h, in, hd)
