@@ -404,10 +404,9 @@ def test_is_wide_rejects_vectors():
 def test_no_retraction_drifts_off_the_manifold_over_10000_uncapped_float32_steps(method):
     """Steps of Frobenius length 0.1 (an uncapped ``lr = 0.1``) down a quadratic, from 4 small frames.
 
-    Cayley and exp apply an orthogonal map, so their rounding errors would add up (measured before
-    they were re-orthonormalised past 64 u: exp refused a step, far off the manifold, within 10,000
-    steps; Cayley reached 7.6e-6 over the optimizer's run); measured now at most 3.7e-6 (Cayley,
-    exp), 6e-7 (QR), 2e-7 (polar).
+    Cayley and exp apply an orthogonal map, so their rounding errors add up unless they are
+    re-orthonormalised past 64 u (without it, exp leaves the manifold so far within these steps that
+    it refuses one); measured at most 3.7e-6 (Cayley, exp), 6e-7 (QR), 2e-7 (polar).
     """
     g = torch.Generator().manual_seed(1)
     W = geo.random_stiefel(4, 5, 2, generator=g)

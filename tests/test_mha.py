@@ -330,7 +330,7 @@ def test_reset_parameters_draws_from_a_generator():
 def test_non_frame_parameters_start_as_nn_multihead_attention_does(kv):
     """V, the output projection and the biases have the laws ``nn.MultiheadAttention`` gives them:
     V uniform with Xavier's bound over the fused (3E, E) in-projection (sqrt(6 / 4E), std 0.0442 at
-    E = 256; it was drawn over (E, E), std 0.0625, before) or over (E, vdim) alone."""
+    E = 256, where the bound of an (E, E) block would give 0.0625) or over (E, vdim) alone."""
     E, H = 256, 8
     torch.manual_seed(0)
     ours, theirs = StiefelMultiheadAttention(E, H, **kv), nn.MultiheadAttention(E, H, **kv)

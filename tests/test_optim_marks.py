@@ -54,7 +54,7 @@ def test_model_parameters_keep_the_frames_on_the_manifold_for_100_steps():
     frames = list(frame_parameters(model))
     assert len(frames) == 4 and all(is_frame(p) for p in frames)
     worst = max(orthogonality_error(p.detach()).max().item() for p in frames)
-    assert worst < 1e-5, worst  # measured 4e-7; as ordinary weights they leave by about 0.8 in 20 steps
+    assert worst < 1e-5, worst  # measured 2.9e-7; AdamW, which trains them as plain weights: 1.5 in 20 steps
     assert min(torch.linalg.matrix_norm(p.detach() - s).min().item() for p, s in zip(frames, start)) > 0.1
     assert losses[-1] < losses[0] - 0.3
 
