@@ -20,7 +20,7 @@ import functools
 import math
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Sequence
@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from stiefel_mini.experiments.config import ConfigError, config_help, parse_config, replace, split_argv
 from stiefel_mini.experiments.lm_config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
-from stiefel_mini.experiments.lm_data import (EOT, encode_split, eval_windows, load_tokenizer, random_batch,
+from stiefel_mini.experiments.lm_data import (EOT, corpus_dir, encode_split, eval_windows, load_tokenizer, random_batch,
                                               read_split, token_bytes, train_tokenizer)
 from stiefel_mini.experiments.lm_model import build_model, lr_factor, make_optimizers
 from stiefel_mini.experiments.lm_plan import plan, run_settings
@@ -41,20 +41,25 @@ from stiefel_mini.experiments.runtime import generator, progress, set_threads
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.groups import frame_parameters, qk_parameters
 
-__all__ = ["PROMPTS", "corpus", "bits_per_byte", "sample", "run", "study", "main"]
+__all__ = ["PROMPTS", "corpus", "bits_per_byte", "sample", "run", "study", "write_tokenizer", "parse_args", "main"]
 
 PROMPTS = ("Fellow-Citizens of the Senate and House of Representatives:", "The state of our Union is",
            "We must")
 """The prompts each trained model continues (:func:`sample`)."""
 
 
-@functools.lru_cache(maxsize=2)
 def corpus(tokenizer_path: str | None = None) -> dict:
     """``{"tokenizer", "bytes", "train", "val", "test"}``: the tokenizer, its ``(vocab,)`` bytes per
-    token and the three splits as :class:`~stiefel_mini.experiments.lm_data.TokenSplit` (cached per process)."""
+    token and the three splits of :func:`~stiefel_mini.experiments.lm_data.corpus_dir` as
+    :class:`~stiefel_mini.experiments.lm_data.TokenSplit` (cached per process, per tokenizer and folder)."""
+    return _corpus(tokenizer_path, str(corpus_dir()))
+
+
+@functools.lru_cache(maxsize=2)
+def _corpus(tokenizer_path: str | None, folder: str) -> dict:
     tok = load_tokenizer(tokenizer_path)
     return {"tokenizer": tok, "bytes": token_bytes(tok),
-            **{split: encode_split(tok, read_split(split)) for split in ("train", "val", "test")}}
+            **{split: encode_split(tok, read_split(split, Path(folder))) for split in ("train", "val", "test")}}
 
 
 @torch.no_grad()
@@ -207,7 +212,10 @@ def study(base: LMConfig, out: str | Path, plan_: LMStudy = STUDY, workers: int 
     state = plan(plan_, payload["runs"], base)
     bar = progress(total=len(payload["runs"]) + state.remaining, initial=len(payload["runs"]), desc="lm study")
     in_flight: dict = {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+    # One worker runs in this process (a thread), so a study of one worker needs no fresh interpreter.
+    pool = (ThreadPoolExecutor(max_workers=1) if workers == 1 else
+            ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")))
+    with pool:
         while True:
             state = plan(plan_, payload["runs"], base)
             for point in state.ready:
@@ -253,6 +261,22 @@ class _TokenizerArgs:
     out: str = "results/lm/tokenizer.json"
 
 
+def parse_args(argv: Sequence[str]) -> tuple:
+    """What a command line asks for, checked, without running it: ``("tokenizer", args)``,
+    ``("study", args, base config)`` or ``("run", config, out)``."""
+    argv = list(argv)
+    if argv and argv[0] == "tokenizer":
+        return "tokenizer", parse_config(_TokenizerArgs, argv[1:])
+    if argv and argv[0] == "study":
+        mine, rest = split_argv(argv[1:], _StudyArgs)
+        base, _, _ = parse_cli(LMConfig, rest, presets=PRESETS, default_preset=STUDY.preset)
+        return "study", parse_config(_StudyArgs, mine), base
+    cfg, out, _ = parse_cli(LMConfig, argv, presets=PRESETS, default_preset="cpu")
+    if cfg.arm not in LM_ARMS:
+        raise ConfigError(f"--arm: expected one of {sorted(LM_ARMS)}, got {cfg.arm!r}")
+    return "run", cfg, out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """CLI: ``tokenizer [--vocab_size N] [--out PATH]``, ``study [--workers N] [--out PATH] [--field value ...]``
     or one run ``[--preset NAME] [--out PATH] [--field value ...]``."""
@@ -261,25 +285,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(__doc__)
         print(config_help(_StudyArgs) + "\n" + config_help(LMConfig))
         return
-    if argv and argv[0] == "tokenizer":
-        args = parse_config(_TokenizerArgs, argv[1:])
+    kind, *parsed = parse_args(argv)
+    if kind == "tokenizer":
+        args = parsed[0]
         meta = write_tokenizer(args.vocab_size, args.out)
         print(f"wrote {args.out}: {args.vocab_size} tokens, {meta['bytes_per_token']['val']:.2f} bytes per token "
               "on the validation addresses")
         return
-    if argv and argv[0] == "study":
-        mine, rest = split_argv(argv[1:], _StudyArgs)
-        args = parse_config(_StudyArgs, mine)
-        base, _, _ = parse_cli(LMConfig, rest, presets=PRESETS, default_preset=STUDY.preset)
+    if kind == "study":
+        args, base = parsed
         try:
             payload = study(base, args.out, STUDY, args.workers)
         except ValueError as err:
             raise SystemExit(f"error: {err}") from None
         print(f"wrote {args.out}: {len(payload['runs'])} runs")
         return
-    cfg, out, _ = parse_cli(LMConfig, argv, presets=PRESETS, default_preset="cpu")
-    if cfg.arm not in LM_ARMS:
-        raise ConfigError(f"--arm: expected one of {sorted(LM_ARMS)}, got {cfg.arm!r}")
+    cfg, out = parsed
     result = run(cfg)
     print(f"{cfg.arm} seed {cfg.seed}: validation {result['val_bpb']:.4f} bits per byte, test "
           f"{result['test_bpb']:.4f}, {result['tokens_per_s']:.0f} tokens/s")

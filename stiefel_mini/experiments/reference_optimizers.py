@@ -1,8 +1,10 @@
 """Reference optimizers the comparisons run beside StiefelAdam, written from their papers.
 
 Not part of the library's API: :class:`Muon` and its :func:`newton_schulz` iteration exist so that
-:mod:`stiefel_mini.experiments.compare_tools` (and the chapter that shows it) can compare against an
-optimizer that orthogonalises the *update* rather than the weight, with no extra dependency.
+:mod:`stiefel_mini.experiments.compare_tools` and the language-model study
+(:mod:`stiefel_mini.experiments.lm`) can compare against an optimizer that orthogonalises the
+*update* rather than the weight, with no extra dependency (``torch.optim.Muon`` iterates in
+bfloat16, slow on a CPU).
 
 Reference: Jordan et al. (2024), "Muon: an optimizer for hidden layers in neural networks".
 """
