@@ -41,7 +41,7 @@ from stiefel_mini.experiments.runtime import generator, progress, set_threads
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.groups import frame_parameters, qk_parameters
 
-__all__ = ["PROMPTS", "corpus", "bits_per_byte", "sample", "run", "study", "write_tokenizer", "parse_args", "main"]
+__all__ = ["PROMPTS", "corpus", "bits_per_byte", "sample", "train_step", "run", "study", "write_tokenizer", "parse_args", "main"]
 
 PROMPTS = ("Fellow-Citizens of the Senate and House of Representatives:", "The state of our Union is",
            "We must")
@@ -98,6 +98,21 @@ def sample(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, gen: t
     return tokenizer.decode(ids[start:])
 
 
+def train_step(model: torch.nn.Module, opts: list[torch.optim.Optimizer], x: torch.Tensor, y: torch.Tensor,
+               params: list[torch.Tensor], grad_clip: float) -> torch.Tensor:
+    """One step on windows ``x``, targets ``y`` ``(B, T)``: the mean next-token cross-entropy, its
+    gradient clipped to global norm ``grad_clip`` over ``params``, then every optimizer's step."""
+    logits = model(input_ids=x).logits  # (B, T, vocab)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    for opt in opts:
+        opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    for opt in opts:
+        opt.step()
+    return loss
+
+
 def _qk_vector(qk: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([w.detach().flatten() for w in qk])
 
@@ -143,15 +158,8 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
             break
         t0 = time.perf_counter()
         x, y = random_batch(data["train"].ids, cfg.batch_size, ctx, gen)  # (B, T) each
-        logits = model(input_ids=x).logits  # (B, T, vocab)
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-        for opt in opts:
-            opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
         before = _qk_vector(qk)
-        for opt in opts:
-            opt.step()
+        loss = train_step(model, opts, x, y, params, o.grad_clip)
         for sched in scheds:
             sched.step()
         step_sum += torch.linalg.vector_norm(_qk_vector(qk) - before).item()
