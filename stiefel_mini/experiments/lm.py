@@ -101,13 +101,19 @@ def sample(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, gen: t
 def train_step(model: torch.nn.Module, opts: list[torch.optim.Optimizer], x: torch.Tensor, y: torch.Tensor,
                params: list[torch.Tensor], grad_clip: float) -> torch.Tensor:
     """One step on windows ``x``, targets ``y`` ``(B, T)``: the mean next-token cross-entropy, its
-    gradient clipped to global norm ``grad_clip`` over ``params``, then every optimizer's step."""
+    gradient clipped to global norm ``grad_clip`` over ``params``, then every optimizer's step.
+
+    Raises ``FloatingPointError`` (before any weight changes) when the loss or the gradient is not
+    finite: the run has diverged.
+    """
     logits = model(input_ids=x).logits  # (B, T, vocab)
     loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
     for opt in opts:
         opt.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    if not (torch.isfinite(loss) and torch.isfinite(norm)):
+        raise FloatingPointError(f"loss {loss.item()}, gradient norm {norm.item()}: the run diverged")
     for opt in opts:
         opt.step()
     return loss
@@ -126,7 +132,8 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
     over steps of ``||Q/K after - before||_F`` over all Q/K weights of the model; ``orth_error``:
     the largest ``||W^T W - I||_F`` of any frame at the end (``None`` without frames);
     ``tokens_per_s``: training tokens per second of training time; ``samples``: the model's
-    continuations of :data:`PROMPTS`.
+    continuations of :data:`PROMPTS`. A run whose loss or gradient stops being finite ends there:
+    ``diverged_at`` is that step (``None`` for a run that finished), its bits per byte ``None``.
     """
     set_threads(cfg.threads)
     data = corpus(tokenizer_path)
@@ -144,7 +151,7 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
     gen = generator(cfg.seed, "batches")
     xv, yv = eval_windows(data["val"].ids, ctx, cfg.eval_windows)
     hist: dict[str, list] = {k: [] for k in ("step", "tokens", "train_bpb", "val_bpb")}
-    nll_sum, byte_sum, step_sum, train_time = 0.0, 0, 0.0, 0.0
+    nll_sum, byte_sum, step_sum, train_time, diverged = 0.0, 0, 0.0, 0.0, None
     bar = progress(total=cfg.steps, desc=f"{cfg.arm} seed {cfg.seed}", enabled=cfg.progress, mininterval=2.0)
     for step in range(cfg.steps + 1):
         if step % cfg.eval_every == 0 or step == cfg.steps:
@@ -159,7 +166,11 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
         t0 = time.perf_counter()
         x, y = random_batch(data["train"].ids, cfg.batch_size, ctx, gen)  # (B, T) each
         before = _qk_vector(qk)
-        loss = train_step(model, opts, x, y, params, o.grad_clip)
+        try:
+            loss = train_step(model, opts, x, y, params, o.grad_clip)
+        except FloatingPointError:
+            diverged = step
+            break
         for sched in scheds:
             sched.step()
         step_sum += torch.linalg.vector_norm(_qk_vector(qk) - before).item()
@@ -170,11 +181,18 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
     bar.close()
     frames = list(frame_parameters(model))
     gen_s = generator(cfg.seed, "sample")
+    done = cfg.steps if diverged is None else diverged
+    if diverged is not None:
+        return {"val_bpb": None, "test_bpb": None, "diverged_at": diverged, "history": hist,
+                "qk_step_mean": step_sum / max(1, done), "orth_error": None,
+                "tokens_per_s": done * cfg.batch_size * ctx / max(train_time, 1e-9), "train_time_s": train_time,
+                "samples": []}
     return {
         "val_bpb": bits_per_byte(model, *eval_windows(data["val"].ids, ctx), nbytes),
         "test_bpb": bits_per_byte(model, *eval_windows(data["test"].ids, ctx), nbytes),
+        "diverged_at": None,
         "history": hist,
-        "qk_step_mean": step_sum / max(1, cfg.steps),
+        "qk_step_mean": step_sum / done,
         "orth_error": max(orthogonality_error(f.detach()).max().item() for f in frames) if frames else None,
         "tokens_per_s": cfg.steps * cfg.batch_size * ctx / max(train_time, 1e-9),
         "train_time_s": train_time,

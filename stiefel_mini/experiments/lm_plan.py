@@ -10,6 +10,7 @@ sweep seeds, once every value of its grid has run; a best at an end of the grid 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,13 +51,15 @@ def _next(a: float, b: float) -> float:
     return float(f"{b * b / a:.6g}")
 
 
-def sweep_grid(s: ArmSweep, done: dict[float, list[float]]) -> tuple[list[float], float | None]:
+def sweep_grid(s: ArmSweep, done: dict[float, list[float | None]]) -> tuple[list[float], float | None]:
     """``(values, best)`` of sweep ``s`` given ``done`` (value -> validation bpb of its finished sweep
-    runs, one per sweep seed when complete): the grid grown past a best at an end, and the best once
-    every value has run (``None`` before), lowest mean bpb, the smaller value on a tie."""
+    runs, one per sweep seed when complete; ``None`` for a run that diverged, which counts as
+    ``+inf``): the grid grown past a best at an end, and the best once every value has run (``None``
+    before), lowest mean bpb, the smaller value on a tie."""
     values = list(s.values)
     for grown in range(s.extend + 1):
-        means = {v: float(np.mean(done[v])) if done.get(v) else None for v in values}
+        means = {v: float(np.mean([math.inf if b is None else b for b in done[v]])) if done.get(v) else None
+                 for v in values}
         if any(m is None for m in means.values()):
             return values, None
         best = min(values, key=lambda v: (means[v], v))

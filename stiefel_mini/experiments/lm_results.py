@@ -65,7 +65,8 @@ def seed_runs(payload: dict | None, arm: str) -> dict[int, dict]:
 
 def curve_band(runs: dict[int, dict]) -> dict | None:
     """The validation curves of ``runs`` on one token axis: ``{"tokens", "median", "low", "high"}``
-    (median and range over seeds at each evaluation), ``None`` without runs."""
+    (median and range over seeds at each evaluation; runs that diverged left out), ``None`` without runs."""
+    runs = {s: r for s, r in runs.items() if r.get("diverged_at") is None}
     if not runs:
         return None
     curves = np.array([r["history"]["val_bpb"] for r in runs.values()], dtype=float)  # (seeds, evals)

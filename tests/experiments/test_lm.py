@@ -102,3 +102,9 @@ def test_the_command_line_runs_one_tiny_run(tmp_path, capsys):
              "--out", str(tmp_path / "one.json")])
     assert "muon seed 0: validation" in capsys.readouterr().out
     assert load_results(tmp_path / "one.json")["config"]["arm"] == "muon"
+
+
+def test_a_diverging_run_ends_with_its_step_and_no_loss():
+    out = lm.run(replace(TINY, arm="adamw", lr=1e30, steps=10, eval_every=5))
+    assert out["diverged_at"] is not None and out["val_bpb"] is None and out["samples"] == []
+    assert lm.run(replace(TINY, arm="adamw", steps=2, eval_every=1))["diverged_at"] is None

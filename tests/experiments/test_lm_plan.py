@@ -70,3 +70,8 @@ def test_a_plan_that_cannot_be_ordered_is_refused():
         LMStudy(sweeps=STUDY.sweeps, sweep_seeds=(0,))
     with pytest.raises(ValueError, match="at least four"):
         ArmSweep("adamw", "lr", (1, 2, 3))
+
+
+def test_a_diverged_value_is_the_worst():
+    s = ArmSweep("adamw", "lr", (1.0, 2.0, 4.0, 8.0), extend=0)
+    assert sweep_grid(s, {1.0: [3.0], 2.0: [2.0], 4.0: [None], 8.0: [None]}) == ([1.0, 2.0, 4.0, 8.0], 2.0)
