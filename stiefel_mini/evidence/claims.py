@@ -314,10 +314,10 @@ LM_CLAIMS: tuple[Claim, ...] = (
                      _lm("adamw's Q/K step / stiefel's", "adamw", "stiefel", metric="qk_step_mean", ratio=True)),
           scale_note="a 4-layer GPT-2 of width 256 trained for 1.6M tokens on a CPU; the published studies are "
                      "GPT-2 small (124M parameters) and a 1.38B-parameter model",
-          declared="84f6475",
+          declared="b9f3336",
           short="language model, stiefel − adamw"),
 )
-"""The reader's question on a language model (issue 45), declared before its paired seeds ran: the
+"""The reader's question on a language model (issue 45), declared (at b9f3336) before any run of its study finished: the
 primary is ``stiefel − adamw`` in validation bits per byte on seeds 0-7 at each arm's best lr (chosen
 on seed 100); the secondaries compare Muon, the frozen frames and the tokens each arm needs."""
 
