@@ -317,7 +317,7 @@ LM_CLAIMS: tuple[Claim, ...] = (
           declared="b9f3336",
           short="language model, stiefel − adamw"),
 )
-"""The reader's question on a language model (issue 45), declared (at b9f3336) before any run of its study finished: the
+"""The reader's question on a language model, declared before any run of its study finished: the
 primary is ``stiefel − adamw`` in validation bits per byte on seeds 0-7 at each arm's best lr (chosen
 on seed 100); the secondaries compare Muon, the frozen frames and the tokens each arm needs."""
 

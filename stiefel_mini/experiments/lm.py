@@ -41,7 +41,8 @@ from stiefel_mini.experiments.runtime import generator, progress, set_threads
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.groups import frame_parameters, qk_parameters
 
-__all__ = ["PROMPTS", "corpus", "bits_per_byte", "sample", "train_step", "run", "study", "write_tokenizer", "parse_args", "main"]
+__all__ = ["PROMPTS", "corpus", "bits_per_byte", "sample", "train_step", "run", "study", "write_tokenizer",
+           "parse_args", "main"]
 
 PROMPTS = ("Fellow-Citizens of the Senate and House of Representatives:", "The state of our Union is",
            "We must")
