@@ -29,9 +29,12 @@ if [[ "$cmd" == "start" ]]; then
   [[ -e "$wt/node_modules" ]] || ln -s "$ROOT/node_modules" "$wt/node_modules"
   if [[ -f "$FILE" && ! -f "$wt/$FILE" ]]; then cp "$FILE" "$wt/$FILE"; fi
   echo "$wt" > "$STATE/worktree"
-  (cd "$wt" && PYTHONPATH="$wt" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid nice -n 10 \
-     .venv/bin/python -m stiefel_mini.experiments.lm study --workers 2 --out "$FILE" \
-     >> "$STATE/log" 2>&1 < /dev/null & echo $! > "$STATE/pgid")
+  # setsid: a process group of its own (its leader writes its id), so that one signal reaches the
+  # study and its workers: kill -STOP -<pgid> pauses them, kill -CONT -<pgid> resumes.
+  (cd "$wt" && PYTHONPATH="$wt" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid bash -c \
+     'echo $$ > "$1"; exec nice -n 10 .venv/bin/python -m stiefel_mini.experiments.lm study --workers 2 --out "$2"' \
+     _ "$STATE/pgid" "$FILE" >> "$STATE/log" 2>&1 < /dev/null &)
+  sleep 1
   echo "study started in $wt (process group $(cat "$STATE/pgid")); log: $STATE/log"
 elif [[ "$cmd" == "status" ]]; then
   wt=$(cat "$STATE/worktree" 2>/dev/null || true)
