@@ -67,7 +67,7 @@ def sphere_step(w: Sequence[float], g: Sequence[float], t: float) -> dict[str, A
             "off": (w_col + step)[:, 0], "landing": landing, "angle": angle}
 
 
-def sphere_step_figure(w: Sequence[float], g: Sequence[float], t: float, *, size: float = 4.4,
+def sphere_step_figure(w: Sequence[float], g: Sequence[float], t: float, *, size: float = 5.6,
                        t_max: float | None = None):
     """:func:`sphere_step` drawn in 3-D, with the geodesic through ``w`` along the step.
 
@@ -84,15 +84,15 @@ def sphere_step_figure(w: Sequence[float], g: Sequence[float], t: float, *, size
 
     s = sphere_step(w, g, t)
     wv, xi_hat = s["w"].numpy(), (-s["step"] / t).numpy()
-    fig = plt.figure(figsize=(size, size * 1.05), layout="constrained")
+    fig = plt.figure(figsize=(size, size), layout="constrained")
     ax = fig.add_subplot(projection="3d")
     u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 36), np.linspace(0, np.pi, 18))
     ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.6", alpha=0.18, lw=0.5)
     # the tangent plane at w: w + a e1 + b e2 with e1, e2 an orthonormal basis of it
     e1 = xi_hat
     e2 = np.cross(wv, e1)
-    a, b = np.meshgrid(np.linspace(-0.9, 2.6, 2), np.linspace(-0.9, 0.9, 2))
-    plane = wv[:, None, None] + e1[:, None, None] * -a + e2[:, None, None] * b  # (3, 2, 2)
+    a, b = np.meshgrid(np.linspace(-0.7, 0.7, 2), np.linspace(-0.7, 0.7, 2))
+    plane = wv[:, None, None] + e1[:, None, None] * a + e2[:, None, None] * b  # (3, 2, 2)
     ax.plot_surface(*plane, color="C2", alpha=0.1)
     arc = np.linspace(0, 2 * np.pi, 200)  # the great circle through w in the step's direction
     great = np.outer(wv, np.cos(arc)) - np.outer(xi_hat, np.sin(arc))
@@ -114,7 +114,7 @@ def sphere_step_figure(w: Sequence[float], g: Sequence[float], t: float, *, size
     mid, half = (pts.max(0) + pts.min(0)) / 2, (pts.max(0) - pts.min(0)).max() / 2
     for setlim, c in zip((ax.set_xlim, ax.set_ylim, ax.set_zlim), mid):
         setlim(c - half, c + half)
-    ax.set_box_aspect((1, 1, 1), zoom=1.3)
+    ax.set_box_aspect((1, 1, 1), zoom=1.4)
     ax.set_axis_off()
     ax.view_init(elev=22, azim=-35)
     ax.set_title(f"step length t = {t:g}")
@@ -122,8 +122,8 @@ def sphere_step_figure(w: Sequence[float], g: Sequence[float], t: float, *, size
     return fig
 
 
-def sphere_step_widget(w: Sequence[float], g: Sequence[float], steps: Sequence[float], *, dpi: int = 80,
-                       size: float = 4.4):
+def sphere_step_widget(w: Sequence[float], g: Sequence[float], steps: Sequence[float], *, dpi: int = 90,
+                       size: float = 5.6):
     """A step-length slider over :func:`sphere_step_figure` at each of ``steps``, with no kernel needed.
 
     The frames are rendered now (PNG at ``dpi``) and the slider is ``jslink``-ed to them in the
