@@ -14,6 +14,7 @@ chapters' plotting code short and the figures readable at the width of the book'
 - :func:`forest` -- each claim's primary effect with its 95% interval beside the paper's number.
 - :func:`peer_curve_figure` -- grokking curves beside a reference's phases (the peer curve).
 - :func:`one_run_figure` -- the one-run-per-arm gaps and each run's endpoint below its best.
+- :func:`logit_growth_figure` -- the largest attention logit and the accuracy against each arm's lr.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Sequence
 
 __all__ = ["panels", "legend_outside", "arm_colors", "attention_head_diagram", "step_pipeline_diagram", "responsive",
            "NARROW_WIDTH_IN", "forest",
-           "FOREST_FONT_PT", "peer_curve_figure", "one_run_figure"]
+           "FOREST_FONT_PT", "peer_curve_figure", "one_run_figure", "logit_growth_figure"]
 
 COLUMN_WIDTH_IN = 6.8  # inches: the column of the book's pages shows a figure this wide at natural size
 
@@ -92,7 +93,6 @@ def legend_outside(ax: Any, where: str = "right", **legend_kw: Any):
 def arm_colors(arms: Sequence[str]) -> dict[str, str]:
     """A fixed colour (``"C0"``, ``"C1"``, ...) per arm, in the order given."""
     return {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
-
 
 
 FRAME_COLOR = "C0"  # boxes that hold or act on a Stiefel frame, in both diagrams
@@ -350,6 +350,7 @@ def forest(vs: Sequence[dict], width: float = 6.2):
             ax.set_xlabel(titles[unit])
     return fig
 
+
 def peer_curve_figure(runs: dict, phases: Sequence[tuple[str, int, int]], colors: dict[str, str],
                       names: dict[str, str] | None = None, width: float = COLUMN_WIDTH_IN):
     """Accuracy and loss (train dashed, test solid) of every run beside a reference's phases.
@@ -416,3 +417,32 @@ def one_run_figure(result: dict, names: tuple[str, str], width: float = COLUMN_W
                xlabel="endpoint − best so far (points)", title="how far below its best")
     ax_dip.axvline(0, color="0.5", lw=0.6)
     return fig, (ax_gap, ax_dip)
+
+
+def logit_growth_figure(curves: Sequence[dict], names: dict[str, str], narrow: bool = False):
+    """The largest attention logit (log scale) and the test accuracy against each arm's swept lr.
+
+    ``curves``: rows of :func:`stiefel_mini.evidence.runs.lr_curves` (one train fraction), each with
+    ``arm``, ``swept`` and ``points`` (``value``, ``max_logit``, ``acc_mean``: seed means); ``names``:
+    arm -> legend name, in drawing order (an arm left out is not drawn). One line per arm against its
+    own swept value (``lr``, or ``frame_lr`` for an arm with frames, a step length). Two panels side
+    by side, or stacked in a :data:`NARROW_WIDTH_IN` figure when ``narrow``. Returns ``(fig, axes)``.
+    """
+    by_arm = {c["arm"]: c for c in curves}
+    missing = [a for a in names if a not in by_arm]
+    if missing:
+        raise ValueError(f"no lr curve for arms {missing}; the curves hold {sorted(by_arm)}")
+    fig, axes = panels(2, ncols=1 if narrow else 2, row_height=2.5 if narrow else 2.9,
+                       width=NARROW_WIDTH_IN if narrow else COLUMN_WIDTH_IN, sharex=True)
+    for i, (arm, label) in enumerate(names.items()):
+        pts = [p for p in by_arm[arm]["points"] if p["max_logit"] is not None]
+        x = [p["value"] for p in pts]
+        axes[0].plot(x, [p["max_logit"] for p in pts], "o-", color=f"C{i}", ms=4,
+                     label=f"{label} ({'frame lr' if by_arm[arm]['swept'] == 'frame_lr' else 'lr'})")
+        axes[1].plot(x, [100 * p["acc_mean"] for p in pts], "o-", color=f"C{i}", ms=4)
+    axes[0].set(xscale="log", yscale="log", ylabel="largest logit", title="largest attention logit")
+    axes[1].set(xscale="log", ylabel="test accuracy (%)", title="test accuracy")
+    for ax in axes[1:] if narrow else axes:
+        ax.set_xlabel("learning rate swept")
+    legend_outside(fig, ncol=1 if narrow else 3)
+    return fig, axes

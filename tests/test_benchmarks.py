@@ -87,3 +87,23 @@ def test_hf_step_table_and_results_file(capsys, tmp_path):
     assert [t["model"] for t in record["timing"]] == ["gpt2", "vit"]
     assert all(sorted(t["seconds_per_step"]) == sorted(bench.ARMS) for t in record["timing"])
     assert sorted(record["packages"]) == ["timm", "transformers"]
+
+
+def test_lm_throughput_table_and_results_file(capsys, tmp_path):
+    bench = load("lm_throughput")
+    out_file = tmp_path / "lm.json"
+    bench.main(["--d_model", "32", "--n_layer", "1", "--batch_size", "2", "--rounds", "2", "--steps", "1",
+                "--threads", "1", "2", "--out", str(out_file)])
+    rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\| [12] \|", line)]
+    assert len(rows) == 2
+    # five rates, then four ratios to adamw
+    assert all(len(re.findall(r"\d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\)", row)) == 4 for row in rows), rows
+    record = json.loads(out_file.read_text())
+    assert [t["threads"] for t in record["timing"]] == [1, 2]
+    assert sorted(record["timing"][0]["seconds_per_step"]) == sorted(
+        ["adamw", "stiefel", "muon", "frozen", "muon_stiefel"])
+
+
+def test_lm_throughput_needs_its_baseline():
+    with pytest.raises(SystemExit):
+        load("lm_throughput").main(["--arms", "stiefel", "muon"])

@@ -23,7 +23,7 @@ LAYERS = {
     "projection": 2, "convert": 2, "hf": 2,
     "experiments": 3,
     "evidence": 4,
-    "widgets": 5, "plots": 5,
+    "widgets": 5, "plots": 5, "retraction_view": 5,
 }
 PRIVATE_LAYER = 1  # a private module not in the table (``_name``) is a kernel beside the optimizer
 
@@ -82,12 +82,13 @@ def test_the_import_reader_resolves_relative_and_absolute_imports():
 
 
 # Within experiments: the shared modules, and each experiment's own.
-SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train"}
+SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train", "reference_optimizers"}
 EXPERIMENTS = {
     "cifar": {"cifar", "cifar_config", "cifar_data", "cifar_run", "cifar_results"},
     "grokking": {"grokking", "grokking_config", "grokking_model", "grokking_metrics", "one_run", "peer_curve"},
     "weight_decay": {"weight_decay", "weight_decay_config", "readouts"},
-    "compare_tools": {"compare_tools", "reference_optimizers", "orthogonal_decay"},
+    "compare_tools": {"compare_tools", "orthogonal_decay"},
+    "lm": {"lm", "lm_config", "lm_data", "lm_model", "lm_plan", "lm_results"},
     "patch_attention": {"patch_attention"},
     "fsdp_example": {"fsdp_example"},
 }

@@ -172,3 +172,27 @@ def test_book_style_keeps_text_at_9_pt_or_more_and_figures_at_most_a_column_wide
     width = float(rc["figure.figsize"].split(",")[0])
     assert width <= plots.COLUMN_WIDTH_IN
     assert 9 * 96 / 72 * 510 / (plots.COLUMN_WIDTH_IN * 96) >= 9.0
+
+
+def _curve(arm, swept, pts):
+    return {"arm": arm, "swept": swept, "train_fraction": 0.3,
+            "points": [{"value": v, "max_logit": m, "acc_mean": a} for v, m, a in pts]}
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_logit_growth_figure_draws_each_arms_seed_means_against_its_own_lr(narrow):
+    curves = [_curve("A0", "lr", [(1e-3, 10.0, 0.5), (1e-2, 200.0, 0.4)]),
+              _curve("A1", "frame_lr", [(0.01, 8.0, 0.51), (1.0, 13.0, 0.52), (10.0, None, 0.5)]),
+              _curve("qknorm", "lr", [(1e-3, 5.0, 0.5)])]
+    fig, axes = plots.logit_growth_figure(curves, {"A0": "AdamW", "A1": "StiefelAdam"}, narrow=narrow)
+    logits, accs = axes[0].get_lines(), axes[1].get_lines()
+    assert len(logits) == len(accs) == 2  # an arm left out of ``names`` is not drawn
+    assert list(logits[0].get_xdata()) == [1e-3, 1e-2] and list(logits[0].get_ydata()) == [10.0, 200.0]
+    assert list(logits[1].get_xdata()) == [0.01, 1.0]  # a point without a logit is left out
+    assert list(accs[1].get_ydata()) == pytest.approx([51.0, 52.0])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["AdamW (lr)", "StiefelAdam (frame lr)"]
+    assert axes[0].get_yscale() == "log" and axes[0].get_xscale() == "log"
+    assert fig.get_figwidth() == (plots.NARROW_WIDTH_IN if narrow else plots.COLUMN_WIDTH_IN)
+    with pytest.raises(ValueError, match="no lr curve for arms"):
+        plots.logit_growth_figure(curves, {"A5": "frozen"})
+    plt.close("all")

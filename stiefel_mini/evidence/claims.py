@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 
-__all__ = ["Comparison", "Claim", "CLAIMS", "PAIRED_SETTINGS", "claim"]
+__all__ = ["Comparison", "Claim", "CLAIMS", "LM_CLAIMS", "PAIRED_SETTINGS", "claim"]
 
 # Settings that must agree for runs of several files to be paired (each run records its own lr).
 PAIRED_SETTINGS = ("patch_size", "d_model", "depth", "n_heads", "epochs", "steps", "batch_size", "weight_decay",
@@ -43,7 +43,10 @@ class Comparison:
     ``seeds``: the only seeds used, before any best lr is chosen (all when empty), for a study run on
     fewer seeds than the files it is pooled with, so that every lr is judged on the same seeds;
     ``chosen_on``: the seeds on which a choice this comparison relies on was made (an lr picked on
-    them): no run of these seeds can confirm it (:mod:`stiefel_mini.evidence.ledger`).
+    them): no run of these seeds can confirm it (:mod:`stiefel_mini.evidence.ledger`); ``reach``: the
+    value of a run is the number of tokens its validation curve (``history``: ``tokens``,
+    ``val_bpb``) needs to reach the final value of its seed's ``a`` run's curve (the speedrun
+    measure: ``a``'s own value is its whole budget; a curve that never reaches it is censored).
     """
 
     label: str
@@ -65,6 +68,7 @@ class Comparison:
     ratio: bool = False
     seeds: tuple[int, ...] = ()
     chosen_on: tuple[int, ...] = ()
+    reach: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("grokking_endpoint", "Grokking: Stiefel attention ends higher than AdamW",
           "97.0% vs 61.1% at epoch 20,000 (one run)", "grokking", "size",
           what="", paper_value=97.0 - 61.1,
-          # Declared before any run of the endpoint study started (issue 34); until its file exists the
+          # The endpoint study is the paper's horizon; where a copy of the results lacks its file, the
           # 8,000-step study stands in.
           primaries=((Comparison("stiefel_learned − adamw, final validation accuracy", GROK_END_REGIME, GROK_END,
                                  "adamw", "stiefel_learned", metric="metrics.final_val_acc"),),
@@ -283,9 +287,44 @@ CLAIMS: tuple[Claim, ...] = (
 """The claims, in the order of the paper's abstract."""
 
 
+LM = ("lm/study.json",)
+LM_REGIME = "GPT-2, 4 layers, width 256, 1.6M tokens of State of the Union addresses, each arm at its best lr"
+LM_SWEEP_SEEDS = (100,)
+"""The seed of the language-model study's lr sweeps (:data:`stiefel_mini.experiments.lm_config.STUDY`)."""
+
+
+def _lm(label: str, a: str, b: str, **kw: Any) -> Comparison:
+    # censored: a run that diverged (bits per byte None) counts as the worst possible.
+    return Comparison(label, LM_REGIME, LM, a, b, metric=kw.pop("metric", "val_bpb"), scale=1.0,
+                      unit=kw.pop("unit", "bpb"), higher_is_better=False, censored=True,
+                      select=_sel(phase="seeds"), seeds=tuple(range(8)), chosen_on=LM_SWEEP_SEEDS, **kw)
+
+
+LM_CLAIMS: tuple[Claim, ...] = (
+    Claim("lm_gain", "A small language model: StiefelAdam on the Q/K frames beats AdamW",
+          "not claimed: the reader's question", "language_model", "size", what="stiefel − adamw",
+          primaries=((_lm("stiefel − adamw, validation bits per byte", "adamw", "stiefel"),),),
+          secondary=(_lm("muon − adamw, validation bits per byte", "adamw", "muon"),
+                     _lm("stiefel − muon, validation bits per byte", "muon", "stiefel"),
+                     _lm("muon_stiefel − muon, validation bits per byte", "muon", "muon_stiefel"),
+                     _lm("frozen − stiefel (cost of freezing), validation bits per byte", "stiefel", "frozen"),
+                     *(_lm(f"{arm} − adamw, tokens to reach adamw's final validation bits per byte", "adamw",
+                           arm, metric="tokens", unit="tokens", reach=True)
+                       for arm in ("stiefel", "muon", "muon_stiefel", "frozen")),
+                     _lm("adamw's Q/K step / stiefel's", "adamw", "stiefel", metric="qk_step_mean", ratio=True)),
+          scale_note="a 4-layer GPT-2 of width 256 trained for 1.6M tokens on a CPU; the published studies are "
+                     "GPT-2 small (124M parameters) and a 1.38B-parameter model",
+          declared="b9f3336",
+          short="language model, stiefel − adamw"),
+)
+"""The reader's question on a language model, declared before any run of its study finished: the
+primary is ``stiefel − adamw`` in validation bits per byte on seeds 0-7 at each arm's best lr (chosen
+on seed 100); the secondaries compare Muon, the frozen frames and the tokens each arm needs."""
+
+
 def claim(key: str) -> Claim:
-    """The declared claim ``key`` (a :attr:`Claim.key`)."""
-    for c in CLAIMS:
+    """The declared claim ``key`` (a :attr:`Claim.key` of :data:`CLAIMS` or :data:`LM_CLAIMS`)."""
+    for c in CLAIMS + LM_CLAIMS:
         if c.key == key:
             return c
     raise ValueError(f"no claim {key!r}; claims: {[c.key for c in CLAIMS]}")

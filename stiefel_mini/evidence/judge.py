@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from stiefel_mini.evidence import compare, ledger, runs
+from stiefel_mini.evidence import compare, ledger, reach, runs
 from stiefel_mini.evidence.claims import PAIRED_SETTINGS, CLAIMS, Claim, Comparison
 from stiefel_mini.experiments.stats import holm_tarone, smallest_p
 
@@ -96,6 +96,8 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
     if comp.of_gap is None:
         a = _side(pool, comp, comp.a, comp.select_a)
         b = _side(pool, comp, comp.b, comp.select_b)
+        if comp.reach:  # the speedrun measure: b's tokens to a's final loss against a's budget
+            a, b = reach.sides(a, b, comp.metric)
         value = _value(comp)
     else:  # the per-seed gap b - a at the high selection against the low one
         v = _value(comp)
@@ -132,10 +134,13 @@ def confirming(comp: Comparison, declared: _dt.datetime) -> Callable[[dict], boo
 
 
 def number_text(x: float, unit: str) -> str:
-    """A signed difference for the tables: whole steps, else two decimals; ``+inf`` as ``never``."""
+    """A signed difference for the tables: whole steps and tokens, bits per byte to three decimals,
+    else two; ``+inf`` as ``never``."""
     if math.isinf(x):  # a censored run on the side of the difference's sign
         return "never" if x > 0 else "-never"
-    return f"{x:+,.0f}" if unit == "steps" else f"{x:+.2f}"
+    if unit in ("steps", "tokens"):
+        return f"{x:+,.0f}"
+    return f"{x:+.3f}" if unit == "bpb" else f"{x:+.2f}"
 
 
 def effect_text(row: dict, what: str = "") -> str:

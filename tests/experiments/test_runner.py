@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from stiefel_mini.experiments import cifar, grokking, runner
+from stiefel_mini.experiments import cifar, grokking, lm, runner
 from stiefel_mini.experiments.config import ConfigError
 from stiefel_mini.experiments.records import save_results
 
 REPO = Path(__file__).resolve().parents[2]
-PARSERS = {"cifar": cifar.parse_args, "grokking": grokking.parse_args}
+PARSERS = {"cifar": cifar.parse_args, "grokking": grokking.parse_args, "lm": lm.parse_args}
 
 
 def test_changed_fields_names_every_disagreeing_key():

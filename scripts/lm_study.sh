@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Run (or resume) the language-model study in a clean worktree at the commit its runs are made at,
+# in the background, niced, one thread per process; `collect` copies its results file back.
+#
+#   bash scripts/lm_study.sh start [COMMIT]   # worktree ../run-<COMMIT> (default: the commit the
+#                                             # committed results/lm/study.json's runs name, else HEAD)
+#   bash scripts/lm_study.sh status           # runs finished, the log's last line
+#   bash scripts/lm_study.sh collect          # copy the worktree's study.json into results/lm/
+#
+# A clean worktree keeps every run's `git_dirty` false while this checkout changes; its results file
+# starts as a copy of the committed one, so the study resumes where the last session stopped.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+STATE="$ROOT/../lm_study"  # the worktree's name, the log and the process group, outside the checkout
+mkdir -p "$STATE"
+FILE=results/lm/study.json
+cmd="${1:-status}"
+
+if [[ "$cmd" == "start" ]]; then
+  commit="${2:-}"
+  if [[ -z "$commit" && -f "$FILE" ]]; then
+    commit=$(.venv/bin/python -c "import json; r = json.load(open('$FILE'))['runs']; print(r[0]['git_commit'][:7] if r else '')")
+  fi
+  commit=$(git rev-parse --short "${commit:-HEAD}")
+  wt="$ROOT/../run-$commit"
+  [[ -d "$wt" ]] || git worktree add -q "$wt" "$commit"
+  [[ -e "$wt/.venv" ]] || ln -s "$ROOT/.venv" "$wt/.venv"
+  [[ -e "$wt/node_modules" ]] || ln -s "$ROOT/node_modules" "$wt/node_modules"
+  if [[ -f "$FILE" && ! -f "$wt/$FILE" ]]; then cp "$FILE" "$wt/$FILE"; fi
+  echo "$wt" > "$STATE/worktree"
+  # setsid: a process group of its own (its leader writes its id), so that one signal reaches the
+  # study and its workers: kill -STOP -<pgid> pauses them, kill -CONT -<pgid> resumes.
+  (cd "$wt" && PYTHONPATH="$wt" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid bash -c \
+     'echo $$ > "$1"; exec nice -n 10 .venv/bin/python -m stiefel_mini.experiments.lm study --workers 2 --out "$2"' \
+     _ "$STATE/pgid" "$FILE" >> "$STATE/log" 2>&1 < /dev/null &)
+  sleep 1
+  echo "study started in $wt (process group $(cat "$STATE/pgid")); log: $STATE/log"
+elif [[ "$cmd" == "status" ]]; then
+  wt=$(cat "$STATE/worktree" 2>/dev/null || true)
+  [[ -n "$wt" && -f "$wt/$FILE" ]] || { echo "no study running from a worktree here"; exit 0; }
+  .venv/bin/python -c "import json; r = json.load(open('$wt/$FILE'))['runs']; print(len(r), 'runs finished')"
+  tail -c 200 "$STATE/log" | tr '\r' '\n' | tail -1
+elif [[ "$cmd" == "collect" ]]; then
+  wt=$(cat "$STATE/worktree")
+  cp "$wt/$FILE" "$FILE"
+  echo "copied $wt/$FILE to $FILE"
+else
+  echo "usage: bash scripts/lm_study.sh start [COMMIT] | status | collect" >&2
+  exit 2
+fi

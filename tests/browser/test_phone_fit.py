@@ -1,0 +1,94 @@
+"""Every figure and widget fits its column, on a desktop screen and on a phone.
+
+On every page of the built book, at 1280 px and at 400 px: every visible image (static figures, the
+responsive diagrams, the widgets' frames) and every widget lies inside the article's column, is no
+wider than it, and is not cut off by a box around it that hides or scrolls its overflow (the manifold
+widget's title once read "|norma..." at 400 px). Widgets are rendered from their saved state first.
+
+Run after ``bash scripts/build_book.sh``::
+
+    pytest tests/browser/test_phone_fit.py -m browser
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bookpaths import book_pages
+
+pytestmark = pytest.mark.browser
+
+PAGES = book_pages() or ["<no built book>"]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+# For each visible image, svg figure and widget root in the article: its box, the column's box, and
+# every ancestor (up to the article) that clips or scrolls what overflows it and does not hold it whole.
+FIT_JS = r"""() => {
+    const art = document.querySelector('article.bd-article');
+    if (!art) return {column: 0, items: []};
+    const col = art.getBoundingClientRect();
+    const style = getComputedStyle(art);
+    const left = col.left + parseFloat(style.paddingLeft), right = col.right - parseFloat(style.paddingRight);
+    const items = [];
+    const seen = new Set();
+    const els = art.querySelectorAll(
+        'img, .cell_output svg:not(mjx-container svg), .cell_output .jupyter-widgets.widget-vbox, .cell_output .widget-subarea > .jupyter-widgets');
+    for (const el of els) {
+        if (seen.has(el) || !el.checkVisibility()) continue;
+        if (el.tagName === 'svg' && el.closest('svg') !== el) continue;  // only outermost svg
+        seen.add(el);
+        const r = el.getBoundingClientRect();
+        if (r.width === 0 || r.height === 0) continue;
+        const clippers = [];
+        for (let a = el.parentElement; a && a !== art.parentElement; a = a.parentElement) {
+            const cs = getComputedStyle(a);
+            if (cs.overflowX === 'visible' && cs.overflowY === 'visible') continue;
+            const b = a.getBoundingClientRect();
+            const inside = r.left >= b.left - 1 && r.right <= b.right + 1 && r.top >= b.top - 1 && r.bottom <= b.bottom + 1;
+            if (!inside) clippers.push(`${a.tagName.toLowerCase()}.${[...a.classList].slice(0, 2).join('.')} (${cs.overflowX})`);
+        }
+        items.push({
+            what: [el.tagName.toLowerCase(), ...(el.getAttribute('class') || '').split(' ').slice(0, 2)].join('.')
+                  + ' ' + (el.getAttribute('alt') || el.getAttribute('src') || '').slice(0, 40),
+            left: Math.round(r.left), right: Math.round(r.right), width: Math.round(r.width),
+            outside: r.left < left - 1 || r.right > right + 1,
+            wider: r.width > right - left + 1,
+            inner_overflow: el.scrollWidth > el.clientWidth + 1 && el.tagName !== 'IMG' && el.tagName !== 'svg',
+            clippers,
+        });
+    }
+    return {column: Math.round(right - left), items};
+}"""
+
+RENDERED_JS = f"""() => Array.from(document.querySelectorAll('script[type="{WIDGET_VIEW}"]')).every(s => {{
+    const prev = s.previousElementSibling;
+    return !!(prev && prev.classList.contains('widget-subarea') && prev.children.length > 0);
+}})"""
+
+
+def _measure(visit, page: str, width: int) -> dict:
+    v = visit(page, width)
+    if v.page.locator(f'script[type="{WIDGET_VIEW}"]').count():
+        v.page.wait_for_function(RENDERED_JS, timeout=30_000)
+    # every image decoded, so that its box has its final size
+    v.page.wait_for_function("() => Array.from(document.images).every(i => i.complete)", timeout=30_000)
+    v.page.wait_for_timeout(300)
+    return v.page.evaluate(FIT_JS)
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+@pytest.mark.parametrize("page", PAGES)
+def test_every_image_and_widget_fits_its_column(visit, page, width):
+    fit = _measure(visit, page, width)
+    bad = [i for i in fit["items"] if i["outside"] or i["wider"] or i["clippers"] or i["inner_overflow"]]
+    assert not bad, (f"{page} at {width} px (column {fit['column']} px): images or widgets wider than the "
+                     f"column, outside it, or cut off by a box around them: {bad}")
+
+
+def test_the_check_sees_the_chapters_figures_and_widgets(visit):
+    """The measurement finds what it must judge: chapter 1's figures and its widget's frame at 400 px."""
+    fit = _measure(visit, "book/stiefel_manifold.html", 400)
+    whats = [i["what"] for i in fit["items"]]
+    assert sum(w.startswith("img") for w in whats) >= 3, whats
+    assert any("widget" in w or "jupyter-widgets" in w for w in whats), whats
+    assert 300 <= fit["column"] <= 400, fit["column"]
