@@ -28,6 +28,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+__all__ = ["CLASSES", "MEAN", "STD", "ENV_DATA_DIR", "ENV_CACHE_DIR", "IMAGE_SUFFIXES", "HOW_TO_GET", "Cifar10",
+           "cache_dir", "OFFLINE_COPY", "find_data_dir", "resolve_data_dir", "load_image_folder", "load_torchvision",
+           "load_cifar10", "SYNTHETIC_SOURCE", "synthetic_cifar10", "load_cifar10_or_synthetic", "balanced_subset",
+           "normalize", "augment", "epoch_batches", "write_tiny_image_folder"]
+
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 """CIFAR-10's label order; sorted folder names give exactly this order."""
 
