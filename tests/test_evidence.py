@@ -104,11 +104,11 @@ def test_seeds_to_resolve_extrapolates_the_win_rate_of_the_sign_test():
 
 def test_the_seeds_needed_name_the_majority_side():
     row = {"n": 6, "wins": 2, "losses": 4, "ratio": False}
-    assert evidence.judge.needed_text(row) == "; at that split (4 of 6 losses) about 42 untied paired seeds would resolve it"
-    assert "(4 of 6 wins)" in evidence.judge.needed_text({**row, "wins": 4, "losses": 2})
-    assert evidence.judge.needed_text({**row, "wins": 3, "losses": 3}) == (
+    assert evidence.words.needed_text(row) == "; at that split (4 of 6 losses) about 42 untied paired seeds would resolve it"
+    assert "(4 of 6 wins)" in evidence.words.needed_text({**row, "wins": 4, "losses": 2})
+    assert evidence.words.needed_text({**row, "wins": 3, "losses": 3}) == (
         "; at a level split (3 wins, 3 losses) no number of seeds would resolve it")
-    assert "no feasible number" in evidence.judge.needed_text({**row, "wins": 51, "losses": 49})
+    assert "no feasible number" in evidence.words.needed_text({**row, "wins": 51, "losses": 49})
 
 
 def test_verdict_words_follow_the_primary(tmp_path):

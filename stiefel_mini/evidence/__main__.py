@@ -14,7 +14,8 @@ import json
 import sys
 
 from stiefel_mini.evidence import ledger
-from stiefel_mini.evidence.judge import as_data, effect_text, sure_text, verdicts
+from stiefel_mini.evidence.judge import as_data, verdicts
+from stiefel_mini.evidence.words import effect_text, sure_text
 
 
 def _line(r: dict, family: int) -> str:

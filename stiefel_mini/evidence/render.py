@@ -11,11 +11,14 @@ one row schema (mean [95% t], wins, exact p, corrected p, median and range).
 from __future__ import annotations
 
 import html
+import re
 from typing import Iterable
 
-from stiefel_mini.evidence.judge import effect_text, number_text, sure_text
+from stiefel_mini.evidence.plain import bottom_line, scale
+from stiefel_mini.evidence.words import effect_text, number_text, sure_text
 
-__all__ = ["summary_html", "codes_html", "box_html", "details_html", "table_html", "word_html", "headline",
+__all__ = ["summary_html", "legend_html", "bottom_line_html", "scale_note_html", "ledger_html", "title",
+           "APPENDIX", "codes_html", "box_html", "details_html", "table_html", "word_html",
            "ARM_CODES", "WORDS", "WORD_MEANINGS"]
 
 ARM_CODES = {
@@ -26,6 +29,9 @@ ARM_CODES = {
 """The CIFAR arm codes, named where the intro first uses them."""
 
 _E = html.escape
+
+APPENDIX = "how_we_test.html"
+"""The appendix page every verdict box links to (relative to a chapter's page)."""
 
 
 WORDS: dict[str, tuple[str, str, str]] = {
@@ -61,35 +67,57 @@ def word_html(status: str) -> str:
             f"<span aria-hidden='true'>{icon}</span> {_E(word)}</span>")
 
 
-def headline(v: dict) -> str:
-    """This book's number for a claim, short: the primary's effect and wins (a ratio family: each)."""
-    rows = [r for r in v["primary"] if r["n"]]
-    if v["status"] == "by construction" or not rows:
-        return "tests of the code" if v["status"] == "by construction" else "no paired runs yet"
-    if rows[0].get("ratio"):
-        return "; ".join(f"{r['gmean']:.3g}x {r['label'].split(', ', 1)[-1]}" for r in rows)
-    r = max(rows, key=lambda r: abs(r["mean"] or 0.0)) if len(rows) > 1 else rows[0]
-    prefix = "largest: " if len(rows) > 1 else ""
-    return f"{prefix}{effect_text(r)}, n = {r['n']}"
+def title(v: dict) -> str:
+    """A claim's title for a reader: the declared title without arm codes ("(A1)", "(A3)")."""
+    return re.sub(r" \((?:A\d'?|QK-norm)\)", "", v["claim"])
+
+
+def _verdict_cell(v: dict) -> str:
+    conf = v.get("confirmed", "")
+    return word_html(v["status"]) + (f" <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(conf)}</span>"
+                                     if conf in ("not confirmed", "not re-run") else "")
 
 
 def summary_html(vs: list[dict], prefix: str = "") -> str:
-    """The intro's table: claim (linked to its chapter's box) | the paper's number | this book's | verdict.
+    """The intro's table: claim (linked to its chapter's box) | the paper's number | what this book found,
+    in plain words (``short_phrase``) | the verdict word, and "not confirmed" where fresh seeds did not
+    confirm it.
 
-    One short row per claim, one verdict word each (:data:`WORDS`); the full verdict and how sure
-    it is are in the chapter's box (:func:`box_html`), which prints the same strings.
+    One short row per claim; the full verdict and how sure it is are in the chapter's box
+    (:func:`box_html`) and in the appendix, from the same verdict dicts.
     """
     body = "".join(
         f"<tr data-claim='{_E(v['key'])}'><td data-label='claim'>{_claim_link(v, prefix)}</td>"
         f"<td data-label='paper'>{_E(v['paper'])}</td>"
-        f"<td data-label='this book'>{_E(headline(v))}</td>"
-        f"<td data-label='verdict'>{word_html(v['status'])}</td></tr>" for v in vs)
+        f"<td data-label='this book'>{_E(v['short_phrase'])}</td>"
+        f"<td data-label='verdict'>{_verdict_cell(v)}</td></tr>" for v in vs)
+    return ("<table class='verdict-table'><thead><tr><th>the paper's claim</th><th>paper</th><th>this book found</th>"
+            f"<th>verdict</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+def legend_html(vs: list[dict]) -> str:
+    """What each verdict word used in ``vs`` means, in one line."""
     used = {WORDS.get(v["status"], (v["status"],))[0] for v in vs}
     legend = "; ".join(f"{word_html(st)}: {_E(WORD_MEANINGS[w])}" for st, (w, _, _) in WORDS.items()
                        if w in used and w in WORD_MEANINGS and st != "partly reproduced")
-    return ("<table class='verdict-table'><thead><tr><th>claim</th><th>paper</th><th>this book</th>"
-            f"<th>verdict</th></tr></thead><tbody>{body}</tbody></table>"
-            f"<p class='verdict-legend'>{legend}.</p>")
+    if any(v.get("confirmed") == "not confirmed" for v in vs):
+        legend += "; <i>not confirmed</i>: fresh seeds, run after the comparison was fixed, did not show it"
+    return f"<p class='verdict-legend'>{legend}.</p>"
+
+
+def bottom_line_html(vs: list[dict], root=None) -> str:
+    """The intro's bottom line (:func:`stiefel_mini.evidence.plain.bottom_line`) as one paragraph."""
+    return f"<p class='bottom-line'><b>In short.</b> {_E(' '.join(bottom_line(vs, root)))}</p>"
+
+
+def scale_note_html(vs: list[dict], root=None) -> str:
+    """The scale under the intro's table: the arms by name, the tasks' models and the machine."""
+    sc = scale(vs, root)
+    cores = " or ".join(f"{c}-core" for c in sc["cores"]) or "an unrecorded"
+    return ("<p class='verdict-scale'>Arms: <b>AdamW</b>; <b>StiefelAdam</b>, the paper's rule on the query/key "
+            "frames; <b>frozen frames</b>, never updated. Scale: "
+            + _E("; ".join(f"{t['model']} ({t['task']})" for t in sc["tasks"]))
+            + f", on a {cores} CPU" + ("" if sc["gpu"] else ", no GPU") + ".</p>")
 
 
 def codes_html() -> str:
@@ -103,21 +131,22 @@ def _claim_link(v: dict, prefix: str) -> str:
     return f"<a href='{_E(href)}'>{_E(v['claim'])}</a>"
 
 
-def box_html(vs: list[dict], chapter: str) -> str:
-    """A chapter's verdict box: per claim, its verdict word, the verdict, how sure, and its confirmation."""
+def box_html(vs: list[dict], chapter: str, prefix: str = "") -> str:
+    """A chapter's verdict box: per claim, its verdict word and one plain sentence (``sentence``), the
+    technical verdict, how sure and the confirmation in a closed block, and a link to the appendix."""
     mine = [v for v in vs if v["chapter"] == chapter]
     if not mine:
         raise ValueError(f"no claim is tested in chapter {chapter!r}; chapters: {sorted({v['chapter'] for v in vs})}")
-    items = "".join(f"<li data-claim='{_E(v['key'])}'><b>{_E(v['claim'])}.</b> Paper: {_E(v['paper'])}. "
-                    f"This book: {word_html(v['status'])} <b class='verdict-words'>{_E(v['verdict'])}</b> "
-                    f"(<span class='verdict-sure'>{_E(v['sure'])}</span>)."
-                    + (f" <span class='verdict-confirmation'>{_E(_cap(v['confirmation']['text']))}.</span>"
-                       if v["confirmation"] and v["confirmation"]["text"] else "") + "</li>" for v in mine)
+    items = "".join(
+        f"<li data-claim='{_E(v['key'])}'><b>{_E(title(v))}</b> (paper: {_E(v['paper'])}). {_verdict_cell(v)} "
+        f"<span class='verdict-sentence'>{_E(v['sentence'])}</span>"
+        f"<details class='verdict-details'><summary>The test behind it</summary><p><b class='verdict-words'>"
+        f"{_E(v['verdict'])}</b> (<span class='verdict-sure'>{_E(v['sure'])}</span>)."
+        + (f" <span class='verdict-confirmation'>{_E(_cap(v['confirmation']['text']))}.</span>"
+           if v["confirmation"] and v["confirmation"]["text"] else "") + "</p></details></li>" for v in mine)
     return (f"<div class='admonition important verdict-box' id='verdict'><p class='admonition-title'>Verdict</p>"
-            f"<ul>{items}</ul><p>Each verdict rests on one declared comparison, its primary; the other regimes "
-            "are shown below it and do not vote. A primary is confirmed only by runs that started after it was "
-            "declared, on seeds no choice was made on, tested on their own. The introduction has one line per "
-            "claim.</p></div>")
+            f"<ul>{items}</ul><p class='verdict-how'>How a claim is tested, and every comparison's details: "
+            f"<a href='{prefix}{APPENDIX}'>How this book tests a claim</a>.</p></div>")
 
 
 def confirmation_html(vs: list[dict]) -> str:
@@ -128,6 +157,26 @@ def confirmation_html(vs: list[dict]) -> str:
                     f"{_E(v['confirmation']['text'])}.</li>" for v in vs if v["confirmation"]["text"])
     return (f"<div class='verdict-confirmations'><p><b>Confirmation</b>, claim by claim:</p><ul>{items}</ul></div>"
             if items else "")
+
+
+def ledger_html(vs: list[dict]) -> str:
+    """The confirmation ledger as a table: per claim with a primary, the commit that declared it and its
+    time, the runs of its arms started after it on unchosen seeds / before it / after it on seeds a
+    choice was made on, and what those fresh runs alone give (``data-confirmation``: its status)."""
+    rows = []
+    for v in vs:
+        conf = v["confirmation"]
+        if not conf or conf["status"] == "by construction":
+            continue
+        n = conf.get("runs") or {}
+        when = (conf["time"] or "").replace("T", " ")[:16]
+        rows.append(f"<tr data-confirmation='{_E(conf['status'])}'><td>{_E(title(v))}</td>"
+                    f"<td><code>{_E(conf['commit'] or '-')}</code> {_E(when + ' UTC' if when else '')}</td>"
+                    f"<td>{n.get('after', 0)} / {n.get('before', 0)} / {n.get('on_chosen_seeds', 0)}</td>"
+                    f"<td><b>{_E(conf['status'])}</b>: {_E(conf['text'])}</td></tr>")
+    return ("<table class='ledger-table'><thead><tr><th>claim</th><th>declared at</th><th>runs after / before / "
+            "after on chosen seeds</th><th>the fresh runs alone</th></tr></thead><tbody>" + "".join(rows)
+            + "</tbody></table>")
 
 
 def _cap(text: str) -> str:
