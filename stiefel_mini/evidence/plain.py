@@ -147,7 +147,7 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
     if gain and gain["primary"]:
         fit = claim("cifar_gain").primaries[0][0]
         out.append({"situation": "a small vision transformer, trained from scratch, where accuracy matters",
-                    "try": "StiefelAdam on the query/key frames (convert_attention, frame lr about 1)",
+                    "try": "StiefelAdam on the query/key frames (convert_attention), its frame lr tuned like any lr",
                     "measured": gain["phrase"], "regime": gain["primary"][0]["regime"]})
         qk = _row(Comparison("QK-norm − A0", fit.regime, fit.files, "A0", "qknorm"), root)
         vs_qk = _row(Comparison("A1 − QK-norm", fit.regime, fit.files, "qknorm", "A1"), root)
@@ -164,7 +164,7 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
                     "measured": row_phrase(a3) + f"; {freeze['phrase']}", "regime": a3["regime"]})
     widen = _of(vs, "cifar_widens")
     if widen and widen["primary"] and widen["primary"][0]["n"]:
-        out.append({"situation": "much more data than these 50,000 images, at a fixed budget of steps",
+        out.append({"situation": "much more data, at a fixed budget of steps",
                     "try": "measure before you switch: the gain shrank with more data here",
                     "measured": widen["phrase"], "regime": widen["primary"][0]["regime"]})
     speed = _of(vs, "grokking_sooner")
