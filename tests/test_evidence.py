@@ -120,7 +120,8 @@ def test_verdict_words_follow_the_primary(tmp_path):
     free = v["freezing"]
     assert free["status"] == "not resolved"
     assert free["verdict"].startswith("not resolved: n = 5 cannot go below p = 0.0625 (freezing costs +1.8")
-    assert free["verdict"].endswith("at that split (5 of 5 wins) about 6 untied paired seeds would resolve it")
+    assert free["verdict"].endswith("at that split (5 of 5 wins) about 6 untied paired seeds would resolve it; "
+                                    "the paper's 0.28 lies outside this interval")
     assert "no effect" not in free["verdict"]
     ratio = v["step_ratio"]
     assert ratio["status"] == "contradicted" and "0.25x" in ratio["verdict"] and "not 24-40x" in ratio["verdict"]

@@ -133,7 +133,8 @@ def _size_verdict(c: Claim, row: dict) -> tuple[str, str]:
         # The direction is open, but a paper's number outside the interval is itself an answer.
         outside = pv is not None and lo is not None and not lo <= pv <= hi
         return "not resolved", _not_resolved(row, c.what) + (
-            f"; the paper's {pv:+.2f} lies outside this interval" if outside else "")
+            f"; the paper's {f'{pv:+.2f}' if c.kind == 'size' else f'{pv:g}'} lies outside this interval"
+            if outside else "")
     up = (row["mean"] if row["mean"] is not None else row["median"]) > 0
     paper = "" if pv is None else f", not {pv:+.2f}" if c.kind == "size" else f", not {pv:g}"
     if c.kind == "size":
