@@ -257,7 +257,8 @@ def test_a_status_sentence_that_contradicts_its_box_is_caught():
         c = next(c for c in CLAIMS if c.key == key)
         return {"key": key, "chapter": c.chapter, "claim": c.claim, "paper": c.paper, "status": status,
                 "verdict": f"{status}: to 95%: +802 steps [+349, +1,256]", "sure": "exact sign test, 0/8 wins, p = 0.0078",
-                "confirmation": {"status": "pending", "text": ""}}
+                "confirmation": {"status": "pending", "text": ""}, "confirmed": "",
+                "sentence": "StiefelAdam slower than AdamW to reach 95% validation on 8 of 8 seeds."}
 
     def page(status, *said):
         box = {"output_type": "display_data", "metadata": {},
