@@ -68,7 +68,7 @@ def test_a_smaller_effect_names_the_papers_number_and_the_short_form_leaves_it_t
     assert v["status"] == "smaller effect"
     assert words.phrase(c, v) == ("StiefelAdam ahead of AdamW on 8 of 8 seeds, by 2.4 points of test accuracy "
                                   "on average, not the paper's 9.0")
-    assert words.phrase(c, v, short=True) == "StiefelAdam ahead of AdamW on 8 of 8 seeds, by 2.4 points"
+    assert words.phrase(c, v, short=True) == "StiefelAdam ahead on 8 of 8 seeds, by 2.4 points"  # the claim names AdamW
 
 
 def test_the_change_of_a_gap_reads_wider_or_narrower():
@@ -105,3 +105,9 @@ def test_a_ratio_says_which_steps_are_smaller(gmean, want):
          "arm": "A1", "baseline": "A0"}
     text = words.phrase(c, {"status": "mixed", "verdict": "", "primary": [r]})
     assert text == f"StiefelAdam's steps {want} than AdamW's; the paper: 24-40x smaller"
+
+
+def test_a_regime_names_its_arms():
+    assert words.plain_regime("lr 3e-3, A1's frame lr 1.0; A0' against A0, A3 frozen") == (
+        "lr 3e-3, StiefelAdam's frame lr 1.0; AdamW without decay on Q/K against AdamW, frozen frames frozen")
+    assert words.plain_regime("A10 and BA1 stay") == "A10 and BA1 stay"  # only whole codes

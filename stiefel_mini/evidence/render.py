@@ -18,7 +18,7 @@ from stiefel_mini.evidence.plain import bottom_line, scale
 from stiefel_mini.evidence.words import effect_text, number_text, sure_text
 
 __all__ = ["summary_html", "legend_html", "bottom_line_html", "scale_note_html", "ledger_html", "title",
-           "APPENDIX", "codes_html", "box_html", "details_html", "table_html", "word_html",
+           "APPENDIX", "SHORT_TITLES", "codes_html", "box_html", "details_html", "table_html", "word_html",
            "ARM_CODES", "WORDS", "WORD_MEANINGS"]
 
 ARM_CODES = {
@@ -67,21 +67,33 @@ def word_html(status: str) -> str:
             f"<span aria-hidden='true'>{icon}</span> {_E(word)}</span>")
 
 
-def title(v: dict) -> str:
-    """A claim's title for a reader: the declared title without arm codes ("(A1)", "(A3)")."""
+SHORT_TITLES = {
+    "optimizer": "Update rule", "cifar_gain": "CIFAR-10 gain", "cifar_widens": "Gain vs data",
+    "grokking_endpoint": "Grokking endpoint", "grokking_sooner": "Groks sooner", "weight_decay": "Weight decay",
+    "step_ratio": "Q/K step size", "freezing": "Freezing cost", "mechanism": "Why it gains",
+}
+"""The intro's table names each claim in a few words, its full title on hover (a claim not listed: its
+:func:`title`)."""
+
+
+def title(v: dict, short: bool = False) -> str:
+    """A claim's title for a reader: the declared title without arm codes ("(A1)", "(A3)"), or, with
+    ``short``, its name in :data:`SHORT_TITLES`."""
+    if short and v["key"] in SHORT_TITLES:
+        return SHORT_TITLES[v["key"]]
     return re.sub(r" \((?:A\d'?|QK-norm)\)", "", v["claim"])
 
 
 def _verdict_cell(v: dict) -> str:
     conf = v.get("confirmed", "")
-    return word_html(v["status"]) + (f" <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(conf)}</span>"
+    return word_html(v["status"]) + (f" <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(conf)}:</span>"
                                      if conf in ("not confirmed", "not re-run") else "")
 
 
 def summary_html(vs: list[dict], prefix: str = "") -> str:
-    """The intro's table: claim (linked to its chapter's box) | the paper's number | what this book found,
-    in plain words (``short_phrase``) | the verdict word, and "not confirmed" where fresh seeds did not
-    confirm it.
+    """The intro's table: claim (linked to its chapter's box) | the paper's number | what this book found:
+    the verdict word, "not confirmed" where fresh seeds did not confirm it, and the result in plain
+    words (``short_phrase``).
 
     One short row per claim; the full verdict and how sure it is are in the chapter's box
     (:func:`box_html`) and in the appendix, from the same verdict dicts.
@@ -89,10 +101,10 @@ def summary_html(vs: list[dict], prefix: str = "") -> str:
     body = "".join(
         f"<tr data-claim='{_E(v['key'])}'><td data-label='claim'>{_claim_link(v, prefix)}</td>"
         f"<td data-label='paper'>{_E(v['paper'])}</td>"
-        f"<td data-label='this book'>{_E(v['short_phrase'])}</td>"
-        f"<td data-label='verdict'>{_verdict_cell(v)}</td></tr>" for v in vs)
-    return ("<table class='verdict-table'><thead><tr><th>the paper's claim</th><th>paper</th><th>this book found</th>"
-            f"<th>verdict</th></tr></thead><tbody>{body}</tbody></table>")
+        f"<td data-label='this book found'>{_verdict_cell(v)}"
+        + ("" if v["status"] == "by construction" else f" {_E(v['short_phrase'])}") + "</td></tr>" for v in vs)
+    return ("<table class='verdict-table'><thead><tr><th>claim</th><th>paper</th><th>this book found</th>"
+            f"</tr></thead><tbody>{body}</tbody></table>")
 
 
 def legend_html(vs: list[dict]) -> str:
@@ -128,7 +140,7 @@ def codes_html() -> str:
 
 def _claim_link(v: dict, prefix: str) -> str:
     href = f"{prefix}{v['chapter']}.html" + (f"#{v['anchor']}" if v["anchor"] else "")
-    return f"<a href='{_E(href)}'>{_E(v['claim'])}</a>"
+    return f"<a href='{_E(href)}' title='{_E(title(v))}'>{_E(title(v, short=True))}</a>"
 
 
 def box_html(vs: list[dict], chapter: str, prefix: str = "") -> str:
@@ -138,7 +150,7 @@ def box_html(vs: list[dict], chapter: str, prefix: str = "") -> str:
     if not mine:
         raise ValueError(f"no claim is tested in chapter {chapter!r}; chapters: {sorted({v['chapter'] for v in vs})}")
     items = "".join(
-        f"<li data-claim='{_E(v['key'])}'><b>{_E(title(v))}</b> (paper: {_E(v['paper'])}). {_verdict_cell(v)} "
+        f"<li data-claim='{_E(v['key'])}'><b>{_E(title(v))}</b> (paper: {_E(v['paper'])}). {word_html(v['status'])} "
         f"<span class='verdict-sentence'>{_E(v['sentence'])}</span>"
         f"<details class='verdict-details'><summary>The test behind it</summary><p><b class='verdict-words'>"
         f"{_E(v['verdict'])}</b> (<span class='verdict-sure'>{_E(v['sure'])}</span>)."

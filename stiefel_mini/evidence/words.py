@@ -26,13 +26,14 @@ paper's"), and "not confirmed" where fresh seeds did not confirm a resolved prim
 from __future__ import annotations
 
 import math
+import re
 
 from stiefel_mini.evidence import compare
 from stiefel_mini.evidence.claims import Claim
 from stiefel_mini.experiments.stats import smallest_p
 
 __all__ = ["number_text", "effect_text", "sure_text", "n_text", "needed_text", "family_status", "regime_of",
-           "ARM_NAMES", "arm_name", "confirmed_word", "gist", "phrase", "row_phrase", "sentence"]
+           "ARM_NAMES", "arm_name", "plain_regime", "confirmed_word", "gist", "phrase", "row_phrase", "sentence"]
 
 
 def number_text(x: float, unit: str) -> str:
@@ -248,6 +249,11 @@ def arm_name(code: str) -> str:
     return ARM_NAMES.get(code, code)
 
 
+def plain_regime(text: str) -> str:
+    """A regime with its CIFAR arm codes named: ``"A1's frame lr 1.0"`` -> ``"StiefelAdam's frame lr 1.0"``."""
+    return re.sub(r"\bA\d(?:'(?!s))?(?!\w)", lambda m: arm_name(m.group(0)), text)
+
+
 def _amount(x: float, unit: str) -> str:
     """A magnitude in plain units: ``"2.4 points"``, ``"457 steps"``."""
     one, many = _UNITS.get(unit, (unit, unit))
@@ -281,15 +287,19 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     lo, hi = r["ci"] if r["ci"] is not None else (centre, centre)
     # "b ahead of a", or for the change of a gap "(A1 − A0) at 50,000 − at 5,000 images":
     # "b's lead over a narrower at 50,000 than at 5,000 images"
+    # short: the table's claim names AdamW as the baseline, and the metric, so they are left out
+    bare = short and a == "AdamW"
+    vs_a = "" if bare else f" over {a}"
     if r["label"].startswith("("):
         high, low = r["label"].split(") ", 1)[1].split(" − ")
-        who = lambda word: f"{b}'s lead over {a} {word} {high} than {low}"  # noqa: E731
+        who = lambda word: f"{b}'s lead{vs_a} {word} {high} than {low}"  # noqa: E731
     else:
-        who = lambda word: f"{b} {word}{_PREP.get(word, '')} {a}"  # noqa: E731
+        who = lambda word: f"{b} {word}" + ("" if bare else f"{_PREP.get(word, '')} {a}")  # noqa: E731
     word = lambda x: good if (x > 0) == r.get("higher_is_better", True) else bad  # noqa: E731
     what = r["label"].split(", ", 1)[1] if ", " in r["label"] else "test accuracy" if unit == "pp" else ""
     of = f" of {what}" if unit == "pp" and what and not short else ""
-    to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith("steps to ") else ""
+    to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith(
+        "steps to ") and not short else ""
     avg = "" if short else " on average"
     size = "" if centre is None or math.isinf(centre) else (
         f", by {_amount(centre, unit)}{of}{avg}" if r["mean"] is not None else f", by a median {_amount(centre, unit)}")
@@ -309,10 +319,10 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     return text
 
 
-def gist(r: dict, pv: float | None = None) -> str:
+def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
     """A row's result in a few words for a running sentence: ``"2.4 points ahead on 14 of 14 seeds"``,
     ``"457 steps slower to reach 95% validation on 12 of 14 seeds"``, or, unresolved, ``"no clear
-    difference"`` / ``"no gap like the paper's 35.9 points"``."""
+    difference"`` / ``"no gap like the paper's 35.9 points"``; ``seeds=False`` leaves out the seeds."""
     unit = r.get("unit", "")
     centre = r["mean"] if r["mean"] is not None else r["median"]
     lo, hi = r["ci"] if r["ci"] is not None else (centre, centre)
@@ -325,10 +335,10 @@ def gist(r: dict, pv: float | None = None) -> str:
     to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith("steps to ") else ""
     side = good if (r["wins"] > r["losses"]) else bad
     size = "" if centre is None or math.isinf(centre) else f"{_amount(centre, unit)} "
-    return f"{size}{side}{to} on {max(r['wins'], r['losses'])} of {r['n']} seeds"
+    return f"{size}{side}{to}" + (f" on {max(r['wins'], r['losses'])} of {r['n']} seeds" if seeds else "")
 
 
-def _ratio_phrase(c: Claim, rows: list[dict]) -> str:
+def _ratio_phrase(c: Claim, rows: list[dict], short: bool = False) -> str:
     parts = []
     for r in rows:
         if r["gmean"] is None:
@@ -339,6 +349,8 @@ def _ratio_phrase(c: Claim, rows: list[dict]) -> str:
         parts.append(f"{size} ({regime_of(r)})" if len(rows) > 1 else size)
     lo, hi = c.paper_range
     b, a = arm_name(rows[0]["arm"]), arm_name(rows[0]["baseline"])
+    if short:
+        return f"{b}'s steps {', '.join(parts)}"
     return f"{b}'s steps {' but '.join(parts)} than {a}'s; the paper: {lo:g}-{hi:g}x smaller"
 
 
@@ -352,7 +364,9 @@ def _ingredients_phrase(v: dict, rows: list[dict], short: bool = False) -> str:
                f"{arm_name(big['baseline'])} on average, {side.split()[0]} on {max(big['wins'], big['losses'])} "
                f"of {big['n']} seeds")
     if short:
-        largest = f"the largest gap {_amount(big['mean'], big['unit'])}"
+        largest = f"largest gap {_amount(big['mean'], big['unit'])}"
+        if v["status"] == "not resolved":
+            return f"no variant of the rule clearly differs ({largest})"
     if v["status"] == "not resolved":
         return f"no variant of the rule clearly differs from {arm_name(big['arm'])}; {largest}"
     return f"{v['status']}; {largest}"
@@ -367,11 +381,12 @@ def phrase(c: Claim, v: dict, short: bool = False) -> str:
     """
     rows = [r for r in v["primary"] if r["n"]]
     if v["status"] == "by construction":
-        return v["verdict"]
+        # short: the verdict's first clause ("implemented as described", "true by construction")
+        return re.split(r", and |: ", v["verdict"])[0] if short else v["verdict"]
     if not rows:
         return "not run yet: no paired seed"
     if c.kind == "ratio":
-        return _ratio_phrase(c, rows)
+        return _ratio_phrase(c, rows, short)
     if c.kind == "ingredients":
         return _ingredients_phrase(v, rows, short)
     return row_phrase(rows[0], v["status"] != "not resolved", c.paper_value, short)
