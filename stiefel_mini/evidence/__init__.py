@@ -31,6 +31,7 @@ from stiefel_mini.evidence.render import (bottom_line_html, box_html, codes_html
                                           legend_html, ledger_html, scale_note_html, summary_html, table_html)
 from stiefel_mini.evidence.tables import GROKKING_METRICS, accuracy_rows, grokking_rows
 
-__all__ = ["ALPHA", "CLAIMS", "bottom_line_html", "legend_html", "ledger_html", "scale_note_html", "Claim", "Comparison", "GROKKING_METRICS", "accuracy_rows", "across_claims", "as_data",
-           "box_html", "claim", "codes_html", "compute", "confirmation_html", "correct", "details_html", "effect_text", "evaluate", "grokking_rows", "paired",
-           "ratio", "sure_text", "summary_html", "table_html", "verdicts"]
+__all__ = ["ALPHA", "CLAIMS", "Claim", "Comparison", "GROKKING_METRICS", "accuracy_rows", "across_claims", "as_data",
+           "bottom_line_html", "box_html", "claim", "codes_html", "compute", "confirmation_html", "correct",
+           "details_html", "effect_text", "evaluate", "grokking_rows", "ledger_html", "legend_html", "paired",
+           "ratio", "scale_note_html", "summary_html", "sure_text", "table_html", "verdicts"]

@@ -1,9 +1,11 @@
 """The evidence as the book shows it: the intro's table, each chapter's box, the comparison tables.
 
-Every function here formats rows computed by :mod:`stiefel_mini.evidence.judge` and
-:mod:`stiefel_mini.evidence.compare`; none computes a number. The intro's one-screen table
-(:func:`summary_html`) and a chapter's box (:func:`box_html`) print the same ``verdict`` and
-``sure`` strings of the same verdict dicts, so they cannot disagree. :func:`details_html` holds the
+Every function here formats what :mod:`stiefel_mini.evidence.judge`, :mod:`~stiefel_mini.evidence.compare`
+and :mod:`~stiefel_mini.evidence.plain` computed; none computes a number. The intro opens with
+:func:`bottom_line_html`, then :func:`summary_html`, :func:`scale_note_html` and :func:`legend_html`;
+the appendix shows :func:`ledger_html` and :func:`details_html`. The intro's one-screen table
+(:func:`summary_html`) and a chapter's box (:func:`box_html`) print the same verdict word and plain
+words (``short_phrase``, ``sentence``) of the same verdict dicts, so they cannot disagree. :func:`details_html` holds the
 regimes and the secondary comparisons; :func:`table_html` is one family of comparison rows in the
 one row schema (mean [95% t], wins, exact p, corrected p, median and range).
 """
