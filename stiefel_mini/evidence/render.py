@@ -20,7 +20,7 @@ from stiefel_mini.evidence.plain import bottom_line, scale
 from stiefel_mini.evidence.words import effect_text, number_text, sure_text
 
 __all__ = ["summary_html", "legend_html", "bottom_line_html", "scale_note_html", "ledger_html", "title",
-           "APPENDIX", "SHORT_TITLES", "codes_html", "box_html", "details_html", "table_html", "word_html",
+           "APPENDIX", "SHORT_TITLES", "advice_html", "codes_html", "box_html", "details_html", "table_html", "word_html",
            "ARM_CODES", "WORDS", "WORD_MEANINGS"]
 
 ARM_CODES = {
@@ -191,6 +191,17 @@ def ledger_html(vs: list[dict]) -> str:
     return ("<table class='ledger-table'><thead><tr><th>claim</th><th>declared at</th><th>runs after / before / "
             "after on chosen seeds</th><th>the fresh runs alone</th></tr></thead><tbody>" + "".join(rows)
             + "</tbody></table>")
+
+
+def advice_html(rows: list[dict]) -> str:
+    """Part IV's table (:func:`stiefel_mini.evidence.plain.advice`): your situation | what to try | what
+    this book measured | regime; on a phone each row's cells stack under their column names."""
+    cols = (("situation", "your situation"), ("try", "what to try"), ("measured", "what this book measured"),
+            ("regime", "regime"))
+    head = "".join(f"<th>{_E(name)}</th>" for _, name in cols)
+    body = "".join("<tr>" + "".join(f"<td data-label='{_E(name)}'>{_E(r[key])}</td>" for key, name in cols) + "</tr>"
+                   for r in rows)
+    return f"<table class='advice-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _cap(text: str) -> str:

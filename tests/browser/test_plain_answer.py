@@ -38,10 +38,12 @@ ABOVE_JS = r"""(limit) => {
     }
     return out.join(' ').replace(/\s+/g, ' ');
 }"""
-# The main article's visible text, without closed blocks and code.
+# The main article's visible text, without closed blocks, code and widgets (a widget's weight
+# fingerprint is hexadecimal too).
 MAIN_JS = r"""() => {
     const main = (document.querySelector('main') || document.body).cloneNode(true);
-    main.querySelectorAll('details, pre, script, style, .cell_input, nav, .headerlink').forEach(e => e.remove());
+    main.querySelectorAll('details, pre, script, style, .cell_input, nav, .headerlink, .jupyter-widgets, [data-key]')
+        .forEach(e => e.remove());
     return main.innerText;
 }"""
 
@@ -68,7 +70,7 @@ def test_the_intro_first_screen_holds_the_bottom_line_and_the_table_and_no_audit
         .map(tr => [tr.dataset.claim, tr.innerText.replace(/\\s+/g, ' ')]))""")
     assert set(rows) == set(verdicts)
     for key, text in rows.items():
-        assert verdicts[key]["short_phrase"] in text, (key, text)
+        assert verdicts[key]["status"] == "by construction" or verdicts[key]["short_phrase"] in text, (key, text)
         assert ("not confirmed" in text) == (verdicts[key]["confirmed"] == "not confirmed"), (key, text)
 
 
@@ -80,7 +82,7 @@ def test_the_grokking_verdicts_say_the_sign_and_the_papers_number_in_words(visit
     end = verdicts["grokking_endpoint"]["primary"][0]
     lo, hi = end["ci"]
     if not lo <= evidence.claim("grokking_endpoint").paper_value <= hi:
-        assert "no gap like the paper's" in said["grokking_endpoint"] or end["resolved"]
+        assert "no gap like the paper's" in said["grokking_endpoint"].lower() or end["resolved"]
     speed = verdicts["grokking_sooner"]["primary"][0]
     if speed["resolved"]:
         word = "slower" if (speed["wins"] < speed["losses"]) else "faster"
@@ -137,13 +139,12 @@ def test_no_chapter_main_text_shows_a_commit_hash(visit, page):
 def test_part_four_has_the_measured_table_and_it_fits_the_column(visit):
     page = visit("book/which_tool.html", 1280).page
     table = page.evaluate("""() => {
-        const t = Array.from(document.querySelectorAll('table'))
-            .find(t => t.querySelector('th') && t.querySelector('th').innerText.trim() === 'your situation');
+        const t = document.querySelector('table.advice-table');
         if (!t) return null;
         const col = t.closest('article, main').getBoundingClientRect();
         return {rows: t.querySelectorAll('tbody tr').length, right: t.getBoundingClientRect().right,
                 col: col.right, text: t.innerText};
     }""")
-    assert table is not None, "which_tool: no table headed 'your situation'"
+    assert table is not None, "which_tool: no table of situations (table.advice-table)"
     assert table["rows"] >= 3 and "AdamW" in table["text"] and "QK-norm" in table["text"]
     assert table["right"] <= table["col"] + 1, table
