@@ -310,8 +310,8 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
                 else "no clear difference")
         sides = (f"{who(good)}{to} on {w} and {bad} on {l} of {n} seeds" if w == l else
                  f"{who(good if w > l else bad)}{to} on {max(w, l)} of {n} seeds")
-        mean = "" if r["mean"] is None or r["mean"] == 0 or short else \
-            f", {_amount(r['mean'], unit)}{of} {word(r['mean'])} on average"
+        mean = "" if r["mean"] is None or r["mean"] == 0 else \
+            f", {_amount(r['mean'], unit)}{of} {word(r['mean'])}{avg}"
         return f"{head}: {sides}{mean}"
     text = who(good if w > l else bad) + f"{to} on {max(w, l)} of {n} seeds{size}"
     if pv is not None and not lo <= pv <= hi and not short:
