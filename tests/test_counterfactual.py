@@ -56,8 +56,10 @@ ITEM = re.compile(r"\n\s*(?:[-*]|\d+\.)\s+")
 # Structured output the verdict test checks, or that names claims rather than states results: boxes,
 # the verdict and evidence tables, closed blocks, legends.
 STRUCTURED = ".verdict-box, table, details, .verdict-legend, .verdict-codes, .how-made"
-FIXED = sorted({x for c in CLAIMS for x in (c.claim, c.paper) if x}, key=len, reverse=True)
-"""The claims' own words and the paper's numbers: they name what is tested, whatever the data."""
+FIXED = sorted({x for c in CLAIMS for x in (c.claim, c.paper, evidence.render.title({"key": c.key, "claim": c.claim}))
+                if x}, key=len, reverse=True)
+"""The claims' own words (as declared, and as the chapters show them, without arm codes) and the paper's
+numbers: they name what is tested, whatever the data."""
 
 
 CALLED = {"grokking_sooner": ("speed claim",), "grokking_endpoint": ("endpoint claim",)}
@@ -73,8 +75,9 @@ OPEN_BOX, SHUT_BOX = {"not resolved", "not tested yet"}, {"reproduced", "smaller
 FOR_CLAIM = "[data-claim], .verdict-confirmations"
 """Prose the consistency check leaves out: the boxes and table rows it checks against, and the ledger's
 lines, which judge the fresh seeds alone and may differ from the box."""
-_MENTION = sorted(((re.escape(name), c.key) for c in CLAIMS for name in (c.claim, c.short, *CALLED.get(c.key, ()))
-                   if name), key=lambda t: len(t[0]), reverse=True)
+_MENTION = sorted({(re.escape(name), c.key) for c in CLAIMS
+                   for name in (c.claim, c.short, evidence.render.title({"key": c.key, "claim": c.claim}),
+                                *CALLED.get(c.key, ())) if name}, key=lambda t: len(t[0]), reverse=True)
 MENTION = re.compile("|".join(f"(?P<c{i}>{rx})" for i, (rx, _) in enumerate(_MENTION)), re.I)
 
 
@@ -257,7 +260,8 @@ def test_a_status_sentence_that_contradicts_its_box_is_caught():
         c = next(c for c in CLAIMS if c.key == key)
         return {"key": key, "chapter": c.chapter, "claim": c.claim, "paper": c.paper, "status": status,
                 "verdict": f"{status}: to 95%: +802 steps [+349, +1,256]", "sure": "exact sign test, 0/8 wins, p = 0.0078",
-                "confirmation": {"status": "pending", "text": ""}}
+                "confirmation": {"status": "pending", "text": ""}, "confirmed": "",
+                "sentence": "StiefelAdam slower than AdamW to reach 95% validation on 8 of 8 seeds."}
 
     def page(status, *said):
         box = {"output_type": "display_data", "metadata": {},

@@ -104,11 +104,11 @@ def test_seeds_to_resolve_extrapolates_the_win_rate_of_the_sign_test():
 
 def test_the_seeds_needed_name_the_majority_side():
     row = {"n": 6, "wins": 2, "losses": 4, "ratio": False}
-    assert evidence.judge.needed_text(row) == "; at that split (4 of 6 losses) about 42 untied paired seeds would resolve it"
-    assert "(4 of 6 wins)" in evidence.judge.needed_text({**row, "wins": 4, "losses": 2})
-    assert evidence.judge.needed_text({**row, "wins": 3, "losses": 3}) == (
+    assert evidence.words.needed_text(row) == "; at that split (4 of 6 losses) about 42 untied paired seeds would resolve it"
+    assert "(4 of 6 wins)" in evidence.words.needed_text({**row, "wins": 4, "losses": 2})
+    assert evidence.words.needed_text({**row, "wins": 3, "losses": 3}) == (
         "; at a level split (3 wins, 3 losses) no number of seeds would resolve it")
-    assert "no feasible number" in evidence.judge.needed_text({**row, "wins": 51, "losses": 49})
+    assert "no feasible number" in evidence.words.needed_text({**row, "wins": 51, "losses": 49})
 
 
 def test_verdict_words_follow_the_primary(tmp_path):
@@ -120,7 +120,8 @@ def test_verdict_words_follow_the_primary(tmp_path):
     free = v["freezing"]
     assert free["status"] == "not resolved"
     assert free["verdict"].startswith("not resolved: n = 5 cannot go below p = 0.0625 (freezing costs +1.8")
-    assert free["verdict"].endswith("at that split (5 of 5 wins) about 6 untied paired seeds would resolve it")
+    assert free["verdict"].endswith("at that split (5 of 5 wins) about 6 untied paired seeds would resolve it; "
+                                    "the paper's 0.28 lies outside this interval")
     assert "no effect" not in free["verdict"]
     ratio = v["step_ratio"]
     assert ratio["status"] == "contradicted" and "0.25x" in ratio["verdict"] and "not 24-40x" in ratio["verdict"]
@@ -265,7 +266,8 @@ def test_intro_table_and_chapter_boxes_say_the_same(tmp_path):
             word = evidence.render.word_html(v["status"])
             assert word in table and word in box, (chapter, v["key"])
             assert esc(v["verdict"]) in box and esc(v["sure"]) in box
-            assert esc(evidence.render.headline(v)) in table
+            assert esc(v["sentence"]) in box
+            assert v["status"] == "by construction" or esc(v["short_phrase"]) in table
     with pytest.raises(ValueError, match="no claim"):
         evidence.box_html(vs, "retractions")
 

@@ -6,23 +6,32 @@ One layer computes every p-value and verdict that the book shows:
   :func:`correct` (Holm within a family, with Tarone's rule), :func:`ratio`;
 - :mod:`stiefel_mini.evidence.runs`: which runs of a results file a comparison pairs;
 - :mod:`stiefel_mini.evidence.claims`: the claims, each with its primary comparison declared in code;
-- :mod:`stiefel_mini.evidence.judge`: a declared comparison computed from the files, :func:`verdicts`,
-  each with its confirmation, and :func:`across_claims` (Holm across the claims' primaries);
+- :mod:`stiefel_mini.evidence.measure`: a declared comparison computed from the files (:func:`compute`);
+- :mod:`stiefel_mini.evidence.words`: the verdict-word rules, technical and plain, in one place;
+- :mod:`stiefel_mini.evidence.confirm`: a primary judged again on the runs that can confirm it;
+- :mod:`stiefel_mini.evidence.judge`: :func:`verdicts`, each with its confirmation, and
+  :func:`across_claims` (Holm across the claims' primaries);
+- :mod:`stiefel_mini.evidence.plain`: the book's answer in plain words (the intro's bottom line,
+  Part IV's table);
 - :mod:`stiefel_mini.evidence.ledger`: when each primary was declared, when each run started and on
   which machine (the confirmation ledger, ``results/ledger.json``);
 - :mod:`stiefel_mini.evidence.tables`: the chapters' secondary tables (rows for lists of arm pairs);
-- :mod:`stiefel_mini.evidence.render`: the intro's table, the chapters' boxes and tables as HTML.
+- :mod:`stiefel_mini.evidence.render`: the intro's table, the chapters' boxes, the ledger and the
+  comparison tables as HTML.
 
 ``python -m stiefel_mini.evidence`` prints the tables; ``--json`` prints the verdicts as data.
 """
 
 from stiefel_mini.evidence.claims import CLAIMS, Claim, Comparison, claim
-from stiefel_mini.evidence.judge import across_claims, as_data, compute, effect_text, evaluate, sure_text, verdicts
+from stiefel_mini.evidence.judge import across_claims, as_data, evaluate, verdicts
+from stiefel_mini.evidence.measure import compute
+from stiefel_mini.evidence.words import effect_text, sure_text
 from stiefel_mini.evidence.compare import ALPHA, correct, paired, ratio
-from stiefel_mini.evidence.render import (box_html, codes_html, confirmation_html, details_html, summary_html,
-                                          table_html)
+from stiefel_mini.evidence.render import (bottom_line_html, box_html, codes_html, confirmation_html, details_html,
+                                          legend_html, ledger_html, scale_note_html, summary_html, table_html)
 from stiefel_mini.evidence.tables import GROKKING_METRICS, accuracy_rows, grokking_rows
 
 __all__ = ["ALPHA", "CLAIMS", "Claim", "Comparison", "GROKKING_METRICS", "accuracy_rows", "across_claims", "as_data",
-           "box_html", "claim", "codes_html", "compute", "confirmation_html", "correct", "details_html", "effect_text", "evaluate", "grokking_rows", "paired",
-           "ratio", "sure_text", "summary_html", "table_html", "verdicts"]
+           "bottom_line_html", "box_html", "claim", "codes_html", "compute", "confirmation_html", "correct",
+           "details_html", "effect_text", "evaluate", "grokking_rows", "ledger_html", "legend_html", "paired",
+           "ratio", "scale_note_html", "summary_html", "sure_text", "table_html", "verdicts"]

@@ -1,9 +1,10 @@
-"""``python -m stiefel_mini.evidence [--json] [--root DIR] [--write-ledger]``: the verdicts and their comparisons.
+"""``python -m stiefel_mini.evidence [--json] [--files] [--root DIR] [--write-ledger]``: the verdicts and their comparisons.
 
 Without ``--json``: per claim, the verdict, how sure, the declared primary comparison(s), the
 confirmation seeds and the secondary comparisons, as text. With ``--json``: a list with one object
 per claim (``key``, ``claim``, ``paper``, ``verdict``, ``status``, ``sure``, ``chapter``,
-``primary`` rows with ``p`` and ``p_holm``, ...). ``--root`` reads ``DIR/results/`` instead of the
+``primary`` rows with ``p`` and ``p_holm``, ...). ``--files``: what each experiment's results file
+holds (its runs, and each arm's seeds), the counts the results READMEs leave to this command. ``--root`` reads ``DIR/results/`` instead of the
 committed files. ``--write-ledger`` rewrites ``results/ledger.json`` (commit times, from git) first.
 """
 
@@ -14,11 +15,45 @@ import json
 import sys
 
 from stiefel_mini.evidence import ledger
-from stiefel_mini.evidence.judge import as_data, effect_text, sure_text, verdicts
+from stiefel_mini.evidence.judge import as_data, verdicts
+from stiefel_mini.evidence.words import effect_text, sure_text
 
 
 def _line(r: dict, family: int) -> str:
     return f"    {r['label']} [{r['regime']}]: {effect_text(r)}; {sure_text(r, family)}"
+
+
+def _seeds(seeds: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``"0-2, 5"``."""
+    out: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if out and s == out[-1][-1] + 1:
+            out[-1].append(s)
+        else:
+            out.append([s])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in out)
+
+
+def holdings(root: str | None = None) -> dict[str, dict]:
+    """``{"cifar/r2_fitted.json": {"runs": 50, "arms": {"A0": [0, 1, ...], ...}}}``: every results file
+    of an experiment (a file with a list of runs) and what it holds."""
+    from pathlib import Path
+
+    from stiefel_mini.evidence import runs
+    from stiefel_mini.resources import CHECKOUT_RESULTS
+
+    base = Path(root) / "results" if root else CHECKOUT_RESULTS
+    out = {}
+    for path in sorted(base.glob("*/*.json")):
+        name = path.relative_to(base).as_posix()
+        res = runs.load(name, root)
+        if not isinstance((res or {}).get("runs"), list):
+            continue
+        arms: dict[str, list[int]] = {}
+        for r in res["runs"]:
+            arms.setdefault(r["arm"], []).append(r["seed"])
+        out[name] = {"runs": len(res["runs"]), "arms": {a: sorted(set(s)) for a, s in arms.items()}}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,10 +61,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     ap.add_argument("--root", default=None, help="a folder holding results/ (default: the committed files)")
     ap.add_argument("--ledger", action="store_true", help="print only the confirmation ledger, one block per claim")
+    ap.add_argument("--files", action="store_true", help="print what each experiment's results file holds")
     ap.add_argument("--write-ledger", action="store_true", help="rewrite results/ledger.json from git first")
     args = ap.parse_args(argv)
     if args.write_ledger:
         print(f"wrote {ledger.write()}")
+    if args.files:
+        for name, h in holdings(args.root).items():
+            arms = "; ".join(f"{a} seeds {_seeds(s)}" for a, s in h["arms"].items())
+            print(f"{name}: {h['runs']} runs; {arms}")
+        return
     vs = verdicts(args.root)
     if args.json:
         json.dump(as_data(vs), sys.stdout, indent=1)

@@ -1,9 +1,11 @@
 """The evidence as the book shows it: the intro's table, each chapter's box, the comparison tables.
 
-Every function here formats rows computed by :mod:`stiefel_mini.evidence.judge` and
-:mod:`stiefel_mini.evidence.compare`; none computes a number. The intro's one-screen table
-(:func:`summary_html`) and a chapter's box (:func:`box_html`) print the same ``verdict`` and
-``sure`` strings of the same verdict dicts, so they cannot disagree. :func:`details_html` holds the
+Every function here formats what :mod:`stiefel_mini.evidence.judge`, :mod:`~stiefel_mini.evidence.compare`
+and :mod:`~stiefel_mini.evidence.plain` computed; none computes a number. The intro opens with
+:func:`bottom_line_html`, then :func:`summary_html`, :func:`scale_note_html` and :func:`legend_html`;
+the appendix shows :func:`ledger_html` and :func:`details_html`. The intro's one-screen table
+(:func:`summary_html`) and a chapter's box (:func:`box_html`) print the same verdict word and plain
+words (``short_phrase``, ``sentence``) of the same verdict dicts, so they cannot disagree. :func:`details_html` holds the
 regimes and the secondary comparisons; :func:`table_html` is one family of comparison rows in the
 one row schema (mean [95% t], wins, exact p, corrected p, median and range).
 """
@@ -11,11 +13,14 @@ one row schema (mean [95% t], wins, exact p, corrected p, median and range).
 from __future__ import annotations
 
 import html
+import re
 from typing import Iterable
 
-from stiefel_mini.evidence.judge import effect_text, number_text, sure_text
+from stiefel_mini.evidence.plain import bottom_line, scale
+from stiefel_mini.evidence.words import effect_text, number_text, sure_text
 
-__all__ = ["summary_html", "codes_html", "box_html", "details_html", "table_html", "word_html", "headline",
+__all__ = ["summary_html", "legend_html", "bottom_line_html", "scale_note_html", "ledger_html", "title",
+           "APPENDIX", "SHORT_TITLES", "advice_html", "codes_html", "box_html", "details_html", "table_html", "word_html",
            "ARM_CODES", "WORDS", "WORD_MEANINGS"]
 
 ARM_CODES = {
@@ -26,6 +31,9 @@ ARM_CODES = {
 """The CIFAR arm codes, named where the intro first uses them."""
 
 _E = html.escape
+
+APPENDIX = "how_we_test.html"
+"""The appendix page every verdict box links to (relative to a chapter's page)."""
 
 
 WORDS: dict[str, tuple[str, str, str]] = {
@@ -61,35 +69,69 @@ def word_html(status: str) -> str:
             f"<span aria-hidden='true'>{icon}</span> {_E(word)}</span>")
 
 
-def headline(v: dict) -> str:
-    """This book's number for a claim, short: the primary's effect and wins (a ratio family: each)."""
-    rows = [r for r in v["primary"] if r["n"]]
-    if v["status"] == "by construction" or not rows:
-        return "tests of the code" if v["status"] == "by construction" else "no paired runs yet"
-    if rows[0].get("ratio"):
-        return "; ".join(f"{r['gmean']:.3g}x {r['label'].split(', ', 1)[-1]}" for r in rows)
-    r = max(rows, key=lambda r: abs(r["mean"] or 0.0)) if len(rows) > 1 else rows[0]
-    prefix = "largest: " if len(rows) > 1 else ""
-    return f"{prefix}{effect_text(r)}, n = {r['n']}"
+SHORT_TITLES = {
+    "optimizer": "Update rule", "cifar_gain": "CIFAR-10 gain", "cifar_widens": "Gain vs data",
+    "grokking_endpoint": "Grokking endpoint", "grokking_sooner": "Groks sooner", "weight_decay": "Weight decay",
+    "step_ratio": "Q/K step size", "freezing": "Freezing cost", "mechanism": "Why it gains",
+}
+"""The intro's table names each claim in a few words, its full title on hover (a claim not listed: its
+:func:`title`)."""
+
+
+def title(v: dict, short: bool = False) -> str:
+    """A claim's title for a reader: the declared title without arm codes ("(A1)", "(A3)"), or, with
+    ``short``, its name in :data:`SHORT_TITLES`."""
+    if short and v["key"] in SHORT_TITLES:
+        return SHORT_TITLES[v["key"]]
+    return re.sub(r" \((?:A\d'?|QK-norm)\)", "", v["claim"])
+
+
+def _verdict_cell(v: dict) -> str:
+    conf = v.get("confirmed", "")
+    return word_html(v["status"]) + (f" <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(conf)}:</span>"
+                                     if conf in ("not confirmed", "not re-run") else "")
 
 
 def summary_html(vs: list[dict], prefix: str = "") -> str:
-    """The intro's table: claim (linked to its chapter's box) | the paper's number | this book's | verdict.
+    """The intro's table: claim (linked to its chapter's box) | the paper's number | what this book found:
+    the verdict word, "not confirmed" where fresh seeds did not confirm it, and the result in plain
+    words (``short_phrase``).
 
-    One short row per claim, one verdict word each (:data:`WORDS`); the full verdict and how sure
-    it is are in the chapter's box (:func:`box_html`), which prints the same strings.
+    One short row per claim; the full verdict and how sure it is are in the chapter's box
+    (:func:`box_html`) and in the appendix, from the same verdict dicts.
     """
     body = "".join(
         f"<tr data-claim='{_E(v['key'])}'><td data-label='claim'>{_claim_link(v, prefix)}</td>"
         f"<td data-label='paper'>{_E(v['paper'])}</td>"
-        f"<td data-label='this book'>{_E(headline(v))}</td>"
-        f"<td data-label='verdict'>{word_html(v['status'])}</td></tr>" for v in vs)
+        f"<td data-label='this book found'>{_verdict_cell(v)}"
+        + ("" if v["status"] == "by construction" else f" {_E(v['short_phrase'])}") + "</td></tr>" for v in vs)
+    return ("<table class='verdict-table'><thead><tr><th>claim</th><th>paper</th><th>this book found</th>"
+            f"</tr></thead><tbody>{body}</tbody></table>")
+
+
+def legend_html(vs: list[dict]) -> str:
+    """What each verdict word used in ``vs`` means, in one line."""
     used = {WORDS.get(v["status"], (v["status"],))[0] for v in vs}
     legend = "; ".join(f"{word_html(st)}: {_E(WORD_MEANINGS[w])}" for st, (w, _, _) in WORDS.items()
                        if w in used and w in WORD_MEANINGS and st != "partly reproduced")
-    return ("<table class='verdict-table'><thead><tr><th>claim</th><th>paper</th><th>this book</th>"
-            f"<th>verdict</th></tr></thead><tbody>{body}</tbody></table>"
-            f"<p class='verdict-legend'>{legend}.</p>")
+    if any(v.get("confirmed") == "not confirmed" for v in vs):
+        legend += "; <i>not confirmed</i>: fresh seeds, run after the comparison was fixed, did not show it"
+    return f"<p class='verdict-legend'>{legend}.</p>"
+
+
+def bottom_line_html(vs: list[dict], root=None) -> str:
+    """The intro's bottom line (:func:`stiefel_mini.evidence.plain.bottom_line`) as one paragraph."""
+    return f"<p class='bottom-line'><b>In short.</b> {_E(' '.join(bottom_line(vs, root)))}</p>"
+
+
+def scale_note_html(vs: list[dict], root=None) -> str:
+    """The scale under the intro's table: the arms by name, the tasks' models and the machine."""
+    sc = scale(vs, root)
+    cores = " or ".join(f"{c}-core" for c in sc["cores"]) or "an unrecorded"
+    return ("<p class='verdict-scale'>Arms: <b>AdamW</b>; <b>StiefelAdam</b>, the paper's rule on the query/key "
+            "frames; <b>frozen frames</b>, never updated. Scale: "
+            + _E("; ".join(f"{t['model']} ({t['task']})" for t in sc["tasks"]))
+            + f", on a {cores} CPU" + ("" if sc["gpu"] else ", no GPU") + ".</p>")
 
 
 def codes_html() -> str:
@@ -100,24 +142,25 @@ def codes_html() -> str:
 
 def _claim_link(v: dict, prefix: str) -> str:
     href = f"{prefix}{v['chapter']}.html" + (f"#{v['anchor']}" if v["anchor"] else "")
-    return f"<a href='{_E(href)}'>{_E(v['claim'])}</a>"
+    return f"<a href='{_E(href)}' title='{_E(title(v))}'>{_E(title(v, short=True))}</a>"
 
 
-def box_html(vs: list[dict], chapter: str) -> str:
-    """A chapter's verdict box: per claim, its verdict word, the verdict, how sure, and its confirmation."""
+def box_html(vs: list[dict], chapter: str, prefix: str = "") -> str:
+    """A chapter's verdict box: per claim, its verdict word and one plain sentence (``sentence``), the
+    technical verdict, how sure and the confirmation in a closed block, and a link to the appendix."""
     mine = [v for v in vs if v["chapter"] == chapter]
     if not mine:
         raise ValueError(f"no claim is tested in chapter {chapter!r}; chapters: {sorted({v['chapter'] for v in vs})}")
-    items = "".join(f"<li data-claim='{_E(v['key'])}'><b>{_E(v['claim'])}.</b> Paper: {_E(v['paper'])}. "
-                    f"This book: {word_html(v['status'])} <b class='verdict-words'>{_E(v['verdict'])}</b> "
-                    f"(<span class='verdict-sure'>{_E(v['sure'])}</span>)."
-                    + (f" <span class='verdict-confirmation'>{_E(_cap(v['confirmation']['text']))}.</span>"
-                       if v["confirmation"] and v["confirmation"]["text"] else "") + "</li>" for v in mine)
+    items = "".join(
+        f"<li data-claim='{_E(v['key'])}'><b>{_E(title(v))}</b> (paper: {_E(v['paper'])}). {word_html(v['status'])} "
+        f"<span class='verdict-sentence'>{_E(v['sentence'])}</span>"
+        f"<details class='verdict-details'><summary>The test behind it</summary><p><b class='verdict-words'>"
+        f"{_E(v['verdict'])}</b> (<span class='verdict-sure'>{_E(v['sure'])}</span>)."
+        + (f" <span class='verdict-confirmation'>{_E(_cap(v['confirmation']['text']))}.</span>"
+           if v["confirmation"] and v["confirmation"]["text"] else "") + "</p></details></li>" for v in mine)
     return (f"<div class='admonition important verdict-box' id='verdict'><p class='admonition-title'>Verdict</p>"
-            f"<ul>{items}</ul><p>Each verdict rests on one declared comparison, its primary; the other regimes "
-            "are shown below it and do not vote. A primary is confirmed only by runs that started after it was "
-            "declared, on seeds no choice was made on, tested on their own. The introduction has one line per "
-            "claim.</p></div>")
+            f"<ul>{items}</ul><p class='verdict-how'>How a claim is tested, and every comparison's details: "
+            f"<a href='{prefix}{APPENDIX}'>How this book tests a claim</a>.</p></div>")
 
 
 def confirmation_html(vs: list[dict]) -> str:
@@ -128,6 +171,37 @@ def confirmation_html(vs: list[dict]) -> str:
                     f"{_E(v['confirmation']['text'])}.</li>" for v in vs if v["confirmation"]["text"])
     return (f"<div class='verdict-confirmations'><p><b>Confirmation</b>, claim by claim:</p><ul>{items}</ul></div>"
             if items else "")
+
+
+def ledger_html(vs: list[dict]) -> str:
+    """The confirmation ledger as a table: per claim with a primary, the commit that declared it and its
+    time, the runs of its arms started after it on unchosen seeds / before it / after it on seeds a
+    choice was made on, and what those fresh runs alone give (``data-confirmation``: its status)."""
+    rows = []
+    for v in vs:
+        conf = v["confirmation"]
+        if not conf or conf["status"] == "by construction":
+            continue
+        n = conf.get("runs") or {}
+        when = (conf["time"] or "").replace("T", " ")[:16]
+        rows.append(f"<tr data-confirmation='{_E(conf['status'])}'><td>{_E(title(v))}</td>"
+                    f"<td><code>{_E(conf['commit'] or '-')}</code> {_E(when + ' UTC' if when else '')}</td>"
+                    f"<td>{n.get('after', 0)} / {n.get('before', 0)} / {n.get('on_chosen_seeds', 0)}</td>"
+                    f"<td><b>{_E(conf['status'])}</b>: {_E(conf['text'])}</td></tr>")
+    return ("<table class='ledger-table'><thead><tr><th>claim</th><th>declared at</th><th>runs after / before / "
+            "after on chosen seeds</th><th>the fresh runs alone</th></tr></thead><tbody>" + "".join(rows)
+            + "</tbody></table>")
+
+
+def advice_html(rows: list[dict]) -> str:
+    """Part IV's table (:func:`stiefel_mini.evidence.plain.advice`): your situation | what to try | what
+    this book measured | regime; on a phone each row's cells stack under their column names."""
+    cols = (("situation", "your situation"), ("try", "what to try"), ("measured", "what this book measured"),
+            ("regime", "regime"))
+    head = "".join(f"<th>{_E(name)}</th>" for _, name in cols)
+    body = "".join("<tr>" + "".join(f"<td data-label='{_E(name)}'>{_E(r[key])}</td>" for key, name in cols) + "</tr>"
+                   for r in rows)
+    return f"<table class='advice-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _cap(text: str) -> str:

@@ -1,0 +1,93 @@
+"""The confirmation of a primary: the declared comparison judged again on the runs that can confirm it.
+
+A primary declared after its data had been seen is confirmed only by runs that started after the
+commit that declared it (its time from the ledger, :mod:`stiefel_mini.evidence.ledger`), on seeds no
+choice was made on (:func:`stiefel_mini.evidence.measure.confirming`), tested on those runs alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from stiefel_mini.evidence import compare, ledger
+from stiefel_mini.evidence.claims import Claim, Comparison
+from stiefel_mini.evidence.measure import compute, pooled, confirming
+from stiefel_mini.evidence.words import family_status, needed_text, regime_of
+
+__all__ = ["confirmation"]
+
+
+def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Path | None = None) -> dict:
+    """The confirmation of ``c``'s primary ``family`` on the runs that can confirm it, alone.
+
+    Those runs (:func:`confirming`) started after the declaring commit ``c.declared`` (its time from
+    the ledger) on seeds no choice was made on. The family is computed on them only and judged like
+    the primary; the claim is ``"confirmed"`` only when that gives the primary's verdict ``status``
+    and resolves, ``"not confirmed"`` when it resolves otherwise, ``"pending"`` when it does not
+    resolve (``text`` says what n it would need) or no such run exists. Returns ``{"status",
+    "text", "commit", "time", "rows", "seeds", "two_machines", "runs"}``, ``runs`` counting
+    the runs of the family's arms that started after the declaration on unchosen seeds (``after``),
+    that did not (``before``), and that started after it on a seed a choice was made on.
+    """
+    rows_all = [compute(comp, root) for comp in family]
+    k = sum(len(r.get("two_machines", [])) for r in rows_all)
+    n = sum(r["n"] for r in rows_all)
+    two = f"{k} of {n} pairs made on two machines" if k else ""
+    out: dict[str, Any] = {"commit": c.declared or None, "time": None, "rows": [],
+                           "seeds": [], "two_machines": two}
+    when = ledger.commit_time(c.declared, ledger.commit_times(root)) if c.declared else None
+    if c.kind == "design" or not family:
+        out.update(status="by construction", text="")
+        return out
+    if when is None:
+        out.update(status="pending", text="declared after its data had been seen; no run has been made since: "
+                                          "confirmation pending")
+        return out
+    out["time"] = when.isoformat()
+    arms = {x for comp in family for x in (comp.a, comp.b)}
+    pool = {(r["arm"], r["seed"], r.get("lr"), r.get("frame_lr"), r.get("train_fraction"), r.get("weight_decay"),
+             r.get("git_commit")): r for comp in family for r in pooled(comp.files, root)[0]
+            if r["arm"] in arms}.values()
+    chosen = set().union(*(comp.chosen_on for comp in family))
+    out["runs"] = {"after": sum(r["_start"] is not None and r["_start"] > when and r["seed"] not in chosen
+                                for r in pool),
+                   "before": sum(r["_start"] is None or r["_start"] <= when for r in pool),
+                   "on_chosen_seeds": sum(r["_start"] is not None and r["_start"] > when and r["seed"] in chosen
+                                          for r in pool)}
+    rows = [compute(comp, root, keep=confirming(comp, when)) for comp in family]
+    compare.correct([r for r in rows if not r["ratio"]])
+    out["rows"] = rows
+    out["seeds"] = sorted({s for r in rows for s in r["seeds"]})
+    day = f"declared at {c.declared} ({when:%Y-%m-%d %H:%M} UTC)"
+    if not any(r["n"] for r in rows):
+        out.update(status="pending", text=f"{day}; no paired seed whose two runs both started since, on a seed "
+                                          "never used for a choice: confirmation pending")
+        return out
+    fresh, words = family_status(c, rows)
+    best = max(rows, key=lambda r: r["n"])
+    seed_sets = {tuple(r["seeds"]) for r in rows if r["n"]}
+    runs_text = (f"{best['n']} fresh paired seed{'' if best['n'] == 1 else 's'} ({', '.join(map(str, best['seeds']))})"
+                 if len(seed_sets) == 1 else "fresh paired seeds " + "; ".join(
+                     f"{', '.join(map(str, r['seeds']))} ({regime_of(r)})" for r in rows if r["n"]))
+    untested = [r for r in rows if not r["n"]]
+    if untested:
+        # A family is confirmed only as a whole: each row with fresh runs is set beside its own
+        # primary row (corrected within the primary), the rows without fresh runs wait for theirs.
+        compare.correct([r for r in rows_all if not r["ratio"]])
+        same = all(family_status(c, [f])[0] == family_status(c, [p])[0] for f, p in zip(rows, rows_all) if f["n"])
+        # a ratio family's rows differ by their regime, the other families' by their arms
+        waiting = ", ".join(regime_of(r) for r in untested)
+        out.update(status="pending" if same else "not confirmed",
+                   text=f"{day}; on {runs_text} alone: {words}" +
+                        (", as the primary" if same else ", not the primary's verdict") +
+                        f"; no fresh run yet for {waiting}: confirmation pending")
+        return out
+    if fresh == status and fresh not in ("not resolved", "not tested yet"):
+        out.update(status="confirmed", text=f"{day}; confirmed on {runs_text} alone: {words}")
+    elif fresh in ("not resolved", "not tested yet"):
+        out.update(status="pending", text=f"{day}; on {runs_text} alone: {words}: confirmation pending"
+                                          + ("" if "would resolve" in words or best["ratio"] else needed_text(best)))
+    else:
+        out.update(status="not confirmed", text=f"{day}; on {runs_text} alone: {words}, not the primary's verdict")
+    return out

@@ -1,0 +1,107 @@
+"""A declared comparison computed from the results files: the runs pooled, selected and paired by seed.
+
+:func:`compute` pools the declared files, pairs the runs by seed and calls
+:func:`stiefel_mini.evidence.compare.paired` (or ``ratio``); :func:`confirming` selects the runs that
+can confirm a primary (started after its declaration, on a seed no choice was made on).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Callable
+
+from stiefel_mini.evidence import compare, ledger, reach, runs
+from stiefel_mini.evidence.claims import PAIRED_SETTINGS, Comparison
+
+__all__ = ["pooled", "compute", "confirming"]
+
+
+def pooled(files: tuple[str, ...], root: Path | None, keep: Callable[[dict], bool] | None = None
+            ) -> tuple[list[dict], list[str]]:
+    """The runs of the files that exist, pooled, and the names of those files.
+
+    Each run gains ``_start`` (a lower bound on its start, :func:`ledger.run_start`) and ``_machine``
+    (:func:`ledger.run_machine`), read from its own file; ``keep`` drops the runs it rejects.
+    """
+    out, present, first = [], [], None
+    times = ledger.commit_times(root)
+    for name in files:
+        res = runs.load(name, root)
+        if res is None:
+            continue
+        for r in res["runs"]:
+            r["_start"] = ledger.run_start(r, res, times)[0]
+            r["_machine"] = ledger.run_machine(r, res)
+        settings = res.get("settings") or res.get("base_config") or {}
+        if first is None:
+            first = settings
+        elif any(settings.get(k) != first.get(k) for k in PAIRED_SETTINGS):
+            diff = [k for k in PAIRED_SETTINGS if settings.get(k) != first.get(k)]
+            raise ValueError(f"{name} cannot be paired with {present[0]}: settings {diff} differ")
+        out += [r for r in res["runs"] if keep is None or keep(r)]
+        present.append(name)
+    return out, present
+
+
+def _value(comp: Comparison):
+    if comp.metric.startswith("metrics."):
+        key = comp.metric.split(".", 1)[1]
+        raw = lambda r: r["metrics"].get(key)  # noqa: E731
+    else:
+        raw = lambda r: r.get(comp.metric)  # noqa: E731
+    return lambda r: None if raw(r) is None else comp.scale * raw(r)
+
+
+def _side(pool: list[dict], comp: Comparison, arm: str, extra: tuple) -> dict[int, dict]:
+    chosen = [r for r in pool if all(r.get(k) == v for k, v in comp.select + extra)]
+    if arm in comp.at_best:
+        return runs.at_best_lr([r for r in chosen if r["arm"] == arm], arm)[1]
+    return runs.by_seed(chosen, arm=arm)
+
+
+def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] | None = None,
+            keep: Callable[[dict], bool] | None = None) -> dict:
+    """The row of a declared comparison (:func:`stiefel_mini.evidence.compare.paired` or ``ratio``).
+
+    Adds ``files`` (those present), ``two_machines`` (the paired seeds whose two runs name different
+    machines, :func:`ledger.run_machine`) and ``chosen_here`` (an arm's best lr was picked on the
+    seeds it is compared on). ``seeds`` restricts the pairing to those seeds; ``keep`` to the runs it
+    accepts (the confirmation of a primary: :func:`confirming`).
+    """
+    pool, present = pooled(comp.files, root, keep)
+    if comp.seeds:
+        pool = [r for r in pool if r["seed"] in comp.seeds]
+    if comp.of_gap is None:
+        a = _side(pool, comp, comp.a, comp.select_a)
+        b = _side(pool, comp, comp.b, comp.select_b)
+        if comp.reach:  # the speedrun measure: b's tokens to a's final loss against a's budget
+            a, b = reach.sides(a, b, comp.metric)
+        value = _value(comp)
+    else:  # the per-seed gap b - a at the high selection against the low one
+        v = _value(comp)
+        gaps = []
+        for sel in comp.of_gap:
+            ra = runs.by_seed([r for r in pool if all(r.get(k) == x for k, x in sel)], arm=comp.a)
+            rb = runs.by_seed([r for r in pool if all(r.get(k) == x for k, x in sel)], arm=comp.b)
+            gaps.append({s: v(rb[s]) - v(ra[s]) for s in set(ra) & set(rb)})
+        a, b = gaps
+        value = float
+    if seeds is not None:
+        a = {s: r for s, r in a.items() if s in seeds}
+    if comp.ratio:
+        row = compare.ratio(a, b, lambda r: r[comp.metric], label=comp.label, regime=comp.regime)
+    else:
+        row = compare.paired(a, b, value, label=comp.label, regime=comp.regime, higher_is_better=comp.higher_is_better,
+                             censored=comp.censored, test=comp.test, unit=comp.unit)
+    two = [] if comp.of_gap is not None else sorted(
+        s for s in row["seeds"] if a[s]["_machine"] and b[s]["_machine"] and a[s]["_machine"] != b[s]["_machine"])
+    row.update(files=present, declared_files=list(comp.files), ratio=comp.ratio, arm=comp.b, baseline=comp.a,
+               two_machines=two, chosen_here=bool(comp.at_best))
+    return row
+
+
+def confirming(comp: Comparison, declared: _dt.datetime) -> Callable[[dict], bool]:
+    """The runs that can confirm ``comp``: started after ``declared`` (a lower bound on the start,
+    :func:`ledger.run_start`) on a seed no choice was made on (``comp.chosen_on``)."""
+    return lambda r: r["_start"] is not None and r["_start"] > declared and r["seed"] not in comp.chosen_on

@@ -1,0 +1,113 @@
+"""The verdict-word rules (:mod:`stiefel_mini.evidence.words`) on constructed rows: the status, the
+technical verdict and the plain phrase a reader reads, with every sign said in words, the paper's
+number said where it lies outside the interval, and "not confirmed" where fresh seeds did not hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from stiefel_mini.evidence import compare, words
+from stiefel_mini.evidence.claims import Claim
+
+
+def row(diffs, *, arm="stiefel_learned", baseline="adamw", label="stiefel_learned − adamw, steps to 95% validation",
+        unit="steps", higher_is_better=False):
+    """A corrected paired row b − a whose per-seed differences are ``diffs`` (a = 0 on every seed)."""
+    a = {s: 0.0 for s in range(len(diffs))}
+    b = {s: d for s, d in enumerate(diffs)}
+    r = compare.paired(a, b, float, label=label, regime="constructed", unit=unit, higher_is_better=higher_is_better)
+    compare.correct([r])
+    r.update(arm=arm, baseline=baseline, ratio=False, files=["x.json"])
+    return r
+
+
+def claim(kind="size", paper_value=None, **kw):
+    return Claim("k", "a claim", "paper", "chapter", kind, paper_value=paper_value, **kw)
+
+
+def verdict(c, r, confirmation=None):
+    status, text = words.family_status(c, [r])
+    return {"status": status, "verdict": text, "primary": [r], "confirmation": confirmation}
+
+
+SLOWER = [500.0] * 12 + [-300.0] * 2  # b slower than a on 12 of 14 seeds
+
+
+def test_a_resolved_sign_is_said_in_words_and_follows_the_data():
+    c = claim()  # a claimed direction: b sooner
+    slow = verdict(c, row(SLOWER))
+    assert slow["status"] == "contradicted"
+    text = words.phrase(c, slow)
+    assert text.startswith("StiefelAdam slower than AdamW to reach 95% validation on 12 of 14 seeds")
+    assert "by 386 steps on average" in text  # (12 * 500 - 2 * 300) / 14, as a magnitude
+    fast = verdict(c, row([-d for d in SLOWER]))
+    assert fast["status"] == "reproduced"
+    assert words.phrase(c, fast).startswith("StiefelAdam faster than AdamW to reach 95% validation on 12 of 14")
+
+
+def test_the_papers_number_outside_the_interval_is_said_even_when_not_resolved():
+    c = claim(paper_value=35.9)
+    level = [1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.25, -0.75]  # 4 wins, 4 losses, an interval about 0
+    r = row(level, label="stiefel_learned − adamw, final validation accuracy", unit="pp", higher_is_better=True)
+    v = verdict(c, r)
+    assert v["status"] == "not resolved"
+    assert v["verdict"].endswith("the paper's +35.90 lies outside this interval")
+    text = words.phrase(c, v)
+    assert text.startswith("no gap like the paper's 35.9 points: StiefelAdam ahead of AdamW on 4 and behind on 4")
+    assert words.gist(r, 35.9) == "no gap like the paper's 35.9 points"
+    inside = verdict(claim(paper_value=0.1), r)  # the paper's number inside the interval: nothing to add
+    assert "outside" not in inside["verdict"] and words.phrase(claim(paper_value=0.1), inside).startswith(
+        "no clear difference")
+
+
+def test_a_smaller_effect_names_the_papers_number_and_the_short_form_leaves_it_to_the_table():
+    c = claim(paper_value=8.98)
+    r = row([2.0, 2.5, 2.2, 2.8, 2.1, 2.4, 2.6, 2.3], arm="A1", baseline="A0", label="A1 − A0", unit="pp",
+             higher_is_better=True)
+    v = verdict(c, r)
+    assert v["status"] == "smaller effect"
+    assert words.phrase(c, v) == ("StiefelAdam ahead of AdamW on 8 of 8 seeds, by 2.4 points of test accuracy "
+                                  "on average, not the paper's 9.0")
+    assert words.phrase(c, v, short=True) == "StiefelAdam ahead on 8 of 8 seeds, by 2.4 points"  # the claim names AdamW
+
+
+def test_the_change_of_a_gap_reads_wider_or_narrower():
+    c = claim()
+    r = row([-4.0, -3.5, -4.5, -4.2, -3.9, -4.1], arm="A1", baseline="A0", unit="pp", higher_is_better=True,
+            label="(A1 − A0) at 50,000 − at 5,000 images")
+    assert words.phrase(c, verdict(c, r)).startswith(
+        "StiefelAdam's lead over AdamW narrower at 50,000 than at 5,000 images on 6 of 6 seeds")
+    r = row([4.0, 3.5, 4.5, 4.2, 3.9, 4.1], arm="A1", baseline="A0", unit="pp", higher_is_better=True,
+            label="(A1 − A0) at 50,000 − at 5,000 images")
+    assert "lead over AdamW wider at 50,000" in words.phrase(c, verdict(c, r))
+
+
+def test_fresh_seeds_that_do_not_hold_make_the_headline_not_confirmed():
+    c = claim()
+    v = verdict(c, row(SLOWER))
+    fresh = row([100.0, -50.0, 80.0, -20.0, 60.0, 10.0])
+    v["confirmation"] = {"status": "pending", "rows": [fresh], "text": "..."}
+    assert words.confirmed_word(v) == "not confirmed"
+    assert words.sentence(c, v).endswith("; not confirmed: on 6 fresh seeds alone it did not hold.")
+    v["confirmation"] = {"status": "pending", "rows": [{**fresh, "n": 0}], "text": "..."}
+    assert words.confirmed_word(v) == "not re-run"
+    v["confirmation"] = {"status": "confirmed", "rows": [fresh], "text": "..."}
+    assert words.confirmed_word(v) == "confirmed" and words.sentence(c, v).endswith("; confirmed on 6 fresh seeds.")
+    open_ = verdict(c, row([1.0, -1.0, 2.0]))
+    open_["confirmation"] = {"status": "pending", "rows": [], "text": ""}
+    assert words.confirmed_word(open_) == ""  # nothing resolved, nothing to confirm
+
+
+@pytest.mark.parametrize("gmean, want", [(48.0, "48x smaller"), (0.25, "4x larger")])
+def test_a_ratio_says_which_steps_are_smaller(gmean, want):
+    c = claim("ratio", paper_range=(24.0, 40.0))
+    r = {"label": "A0's Q/K step / A1's", "gmean": gmean, "ci": (gmean * 0.9, gmean * 1.1), "n": 6, "ratio": True,
+         "arm": "A1", "baseline": "A0"}
+    text = words.phrase(c, {"status": "mixed", "verdict": "", "primary": [r]})
+    assert text == f"StiefelAdam's steps {want} than AdamW's; the paper: 24-40x smaller"
+
+
+def test_a_regime_names_its_arms():
+    assert words.plain_regime("lr 3e-3, A1's frame lr 1.0; A0' against A0, A3 frozen") == (
+        "lr 3e-3, StiefelAdam's frame lr 1.0; AdamW without decay on Q/K against AdamW, frozen frames frozen")
+    assert words.plain_regime("A10 and BA1 stay") == "A10 and BA1 stay"  # only whole codes
