@@ -308,7 +308,7 @@ LM_CLAIMS: tuple[Claim, ...] = (
                      _lm("stiefel − muon, validation bits per byte", "muon", "stiefel"),
                      _lm("muon_stiefel − muon, validation bits per byte", "muon", "muon_stiefel"),
                      _lm("frozen − stiefel (cost of freezing), validation bits per byte", "stiefel", "frozen"),
-                     *(_lm(f"{arm} − adamw, tokens to reach adamw's final validation bits per byte", "adamw",
+                     *(_lm(f"{arm} − adamw, tokens to reach AdamW's final validation bits per byte", "adamw",
                            arm, metric="tokens", unit="tokens", reach=True)
                        for arm in ("stiefel", "muon", "muon_stiefel", "frozen")),
                      _lm("adamw's Q/K step / stiefel's", "adamw", "stiefel", metric="qk_step_mean", ratio=True)),

@@ -232,7 +232,8 @@ def family_status(c: Claim, rows: list[dict]) -> tuple[str, str]:
 
 ARM_NAMES = {
     "A0": "AdamW", "adamw": "AdamW", "A1": "StiefelAdam", "stiefel_learned": "StiefelAdam", "stiefel": "StiefelAdam",
-    "A3": "frozen frames", "frozen_learned": "frozen frames", "frozen": "frozen frames", "qknorm": "QK-norm",
+    "A3": "frozen frames", "frozen_learned": "frozen frames", "frozen": "frozen frames", "qknorm": "QK-norm", "muon": "Muon",
+    "muon_stiefel": "StiefelAdam on Q/K with Muon",
     "A0'": "AdamW without decay on Q/K", "A4": "AdamW with StiefelAdam's small step",
     "A5": "AdamW followed by the polar projection", "A7": "StiefelAdam with an element-wise second moment",
     "stiefel_column": "StiefelAdam with a column second moment",
@@ -241,10 +242,12 @@ ARM_NAMES = {
 }
 """Each arm's name for a reader (an arm not listed is named by its code)."""
 
-_UNITS = {"pp": ("point", "points"), "steps": ("step", "steps"), "falls": ("fall", "falls")}
+_UNITS = {"pp": ("point", "points"), "steps": ("step", "steps"), "falls": ("fall", "falls"),
+          "bpb": ("bit per byte", "bits per byte"), "tokens": ("token", "tokens")}
 # (b better than a, b worse than a) by the row's unit; a unit not listed reads "better" / "worse".
 _PREP = {"ahead": " of", "faster": " than", "slower": " than"}
-_SIDES = {"pp": ("ahead", "behind"), "steps": ("faster", "slower"), "falls": ("fewer falls", "more falls")}
+_SIDES = {"pp": ("ahead", "behind"), "steps": ("faster", "slower"), "falls": ("fewer falls", "more falls"),
+          "bpb": ("ahead", "behind"), "tokens": ("faster", "slower")}
 
 
 def arm_name(code: str) -> str:
@@ -260,8 +263,10 @@ def plain_regime(text: str) -> str:
 def _amount(x: float, unit: str) -> str:
     """A magnitude in plain units: ``"2.4 points"``, ``"457 steps"``."""
     one, many = _UNITS.get(unit, (unit, unit))
-    if unit == "steps":
+    if unit in ("steps", "tokens"):
         return f"{abs(x):,.0f} {one if round(abs(x)) == 1 else many}"
+    if unit == "bpb":
+        return f"{abs(x):.3f} {many}"
     return f"{abs(x):.1f} {many}".strip()
 
 
@@ -303,6 +308,8 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     of = f" of {what}" if unit == "pp" and what and not short else ""
     to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith(
         "steps to ") and not short else ""
+    if unit == "tokens" and not short:
+        to = f" {what.removeprefix('tokens ')}"  # "to reach adamw's final ..."
     avg = "" if short else " on average"
     size = "" if centre is None or math.isinf(centre) else (
         f", by {_amount(centre, unit)}{of}{avg}" if r["mean"] is not None else f", by a median {_amount(centre, unit)}")
