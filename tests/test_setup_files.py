@@ -71,6 +71,22 @@ def test_readme_times_are_the_measured_ones():
         assert f"`{commands[name]}`" in text, f"README.md should give the {name} command `{commands[name]}`"
 
 
+def test_every_test_the_quick_tier_leaves_out_exists():
+    """Each entry of tests/conftest.py's NOT_QUICK names a test file, or a test function in one."""
+    import ast
+
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)  # by path: tests/browser has a conftest module too
+    spec.loader.exec_module(conftest)
+    for entry in conftest.NOT_QUICK:
+        path, _, name = entry.partition("::")
+        assert (ROOT / path).is_file(), f"NOT_QUICK names {path}, which does not exist"
+        if name:
+            tree = ast.parse((ROOT / path).read_text())
+            assert name in {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}, \
+                f"NOT_QUICK names {entry}, which {path} does not define"
+
+
 def test_venv_is_ignored():
     assert ".venv/" in (ROOT / ".gitignore").read_text().splitlines()
 
