@@ -8,7 +8,8 @@ that measuring one step again replaces only its entry: the date, the commit, whe
 checkout or a fresh clone), the machine (CPUs, model, memory, OS), the command, its wall-clock time,
 pytest's counts for a test step, and the load: the CPU the step used and the CPU the rest of the
 machine used meanwhile (``/proc/stat``; ``niced`` is the part of it run at a lower priority), in
-cores, with the load average before and after. A step that fails is not recorded.
+cores, with the load average before and after; after the set-up, the size of ``.venv``. A step that
+fails is not recorded.
 
 The README's "Two commands" section quotes this file; ``tests/test_setup_files.py`` fails when its
 figures disagree with it.
@@ -109,7 +110,11 @@ def run_step(name: str, where: Path) -> dict:
             "loadavg_1min_after": round(os.getloadavg()[0], 2),
         },
     }
-    if name != "setup" and name != "build":
+    if name == "setup":
+        kib = subprocess.run(["du", "-sk", "--dereference-args", ".venv"], cwd=where, capture_output=True,
+                             text=True, check=True).stdout.split()[0]
+        record["venv_gib"] = round(int(kib) / 2**20, 1)
+    elif name != "build":
         record.update(pytest_counts(proc.stdout))
     return record
 
