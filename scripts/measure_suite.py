@@ -1,6 +1,6 @@
 """Measure the README's set-up, build and test times into ``tests/suite_timing.json``.
 
-    python3 scripts/measure_suite.py --clone /tmp/fresh                # every step, in a fresh clone of HEAD
+    python3 scripts/measure_suite.py --clone /tmp/fresh --note "..."     # every step, in a fresh clone of HEAD
     python3 scripts/measure_suite.py --steps quick browser --note "..."   # some steps, in this checkout
 
 Each step runs the command the README gives for it (:data:`STEPS`) and is recorded on its own, so
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS),
                     help="steps to run, in this order (default: all)")
     ap.add_argument("--clone", type=Path, help="clone HEAD into this new folder and run the steps there "
-                    "(needed for 'setup', which creates .venv)")
+                    "(needed for 'setup', which creates .venv); an existing clone is used for the other steps")
     ap.add_argument("--note", required=True, help="what else ran on the machine, in words (saved with each step)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
@@ -132,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("the 'setup' step creates .venv: give --clone FOLDER (a fresh clone), not this checkout")
     where = ROOT
     if args.clone is not None:
-        if args.clone.exists():
-            ap.error(f"--clone {args.clone} exists: give a new folder")
-        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(args.clone)], check=True)
+        if args.clone.exists() and "setup" in args.steps:
+            ap.error(f"--clone {args.clone} exists: the 'setup' step needs a new folder")
+        if not args.clone.exists():
+            subprocess.run(["git", "clone", "--quiet", str(ROOT), str(args.clone)], check=True)
         where = args.clone.resolve()
     timing = json.loads(args.out.read_text()) if args.out.is_file() else {}
     timing.setdefault("steps", {})
