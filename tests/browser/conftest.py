@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import shutil
 import threading
 from collections import OrderedDict
@@ -52,7 +53,9 @@ SHARED_PAGES_PER_WIDTH = 2
 a few hundred MB in Chromium; the tests run page by page, so two serve them)."""
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
+_REDIRECT = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.I)
 # The signals, as JavaScript predicates over the page (each polled by wait_for_function).
+_LOADED_JS = "() => document.readyState === 'complete'"
 _HAS_MATHJAX_JS = "() => !!document.querySelector('script[src*=\"mathjax\"]')"
 _MATHJAX_STARTED_JS = "() => !!(window.MathJax && MathJax.startup && MathJax.startup.promise)"
 _MATHJAX_DONE_JS = """() => {
@@ -166,10 +169,11 @@ def _wait(page, js: str, timeout_ms: int, what: str):
 
 
 def wait_until_ready(page) -> None:
-    """Return once ``page`` (after its load event) says it is ready: fonts loaded, MathJax's startup
-    promise resolved (pages that load MathJax), every widget view rendered from the saved state and
-    every image that is not lazy decoded, the theme's banners revealed. Each wait has its own timeout; one that runs out raises an
-    AssertionError naming the signal."""
+    """Return once ``page`` (after its load event) says it is ready: the document complete, fonts
+    loaded, MathJax's startup promise resolved (pages that load MathJax), every widget view rendered
+    from the saved state, every image that is not lazy decoded, the theme's banners revealed. Each
+    wait has its own timeout; one that runs out raises an AssertionError naming the signal."""
+    _wait(page, _LOADED_JS, LOAD_TIMEOUT_MS, "document.readyState 'complete'")
     _wait(page, _FONTS_DONE_JS, FONTS_TIMEOUT_MS, "document.fonts.ready")
     if page.evaluate(_HAS_MATHJAX_JS):
         _wait(page, _MATHJAX_STARTED_JS, MATHJAX_TIMEOUT_MS, "MathJax.startup.promise (MathJax started)")
@@ -179,6 +183,12 @@ def wait_until_ready(page) -> None:
     _wait(page, _WIDGETS_DONE_JS, WIDGETS_TIMEOUT_MS, "every widget view rendered from the saved state")
     _wait(page, _IMAGES_DONE_JS, LOAD_TIMEOUT_MS, "every (not lazy) image decoded")
     _wait(page, _THEME_DONE_JS, LOAD_TIMEOUT_MS, "the theme's banner revealer settled (height: auto)")
+
+
+def _served_file(url: str) -> str:
+    """The text of the built file the local server sends for ``url`` ('' for anything else)."""
+    path = BUILD / urlparse(url).path.lstrip("/")
+    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
 
 
 class Visit:
@@ -209,6 +219,11 @@ class Visit:
         )
         self.page.route("**/*", self._route)
         self.page.goto(url, wait_until="load", timeout=LOAD_TIMEOUT_MS)
+        if _REDIRECT.search(_served_file(url)):
+            # A redirect page (the book's index.html): the page to wait for is its target, whose
+            # navigation may start, or end, only after the redirect page's own load event.
+            self.page.wait_for_url(lambda u: u != url, timeout=LOAD_TIMEOUT_MS)
+            self.page.wait_for_load_state("load", timeout=LOAD_TIMEOUT_MS)
         wait_until_ready(self.page)
         self.ready_state = self.state()
 
