@@ -42,15 +42,19 @@ def test_ci_runs_exactly_the_readme_commands():
             f".ci/run does not run the README's command {command!r} as it stands"
 
 
-TIMED = {"setup": "set-up {minutes} min (`.venv` is {venv_gib} GB", "build": "book build {minutes} min", "tests": "tests {minutes} min ({tests:,} tests)",
-         "quick": "quick tier {minutes} min ({tests:,} tests)", "browser": "browser tests {minutes} min ({tests:,} tests)"}
+LOAD = "{load[other_cores]} cores of other work"
+TIMED = {"setup": "set-up {minutes} min (" + LOAD + "; `.venv` is {venv_gib} GB",
+         "build": "book build {minutes} min (" + LOAD + ")",
+         "tests": "tests {minutes} min ({tests:,} tests; " + LOAD + ")",
+         "quick": "quick tier {minutes} min ({tests:,} tests; " + LOAD + ")",
+         "browser": "browser tests {minutes} min ({tests:,} tests; " + LOAD + ")"}
 """How the README's "Two commands" section quotes each step of ``tests/suite_timing.json``."""
 
 
 def test_readme_times_are_the_measured_ones():
-    """The README's set-up, build and test figures are those ``scripts/measure_suite.py`` wrote, with
-    their dates; no other time is stated there (nor one the file lacks), and the measured commands are
-    the README's."""
+    """The README's set-up, build and test figures are those ``scripts/measure_suite.py`` wrote, each
+    with the load beside it and its date; no other time is stated there (nor one the file lacks), and
+    the measured commands are the README's."""
     section = re.search(r"## Two commands\n(.*?)\n## ", (ROOT / "README.md").read_text(), flags=re.S).group(1)
     text = " ".join(section.split())
     steps = json.loads((ROOT / "tests" / "suite_timing.json").read_text())["steps"]
