@@ -64,7 +64,7 @@ def two_threads():
 
 
 NOT_QUICK = {
-    "tests/test_evidence.py": "the evidence layer over every committed result (about 2 minutes)",
+    "tests/test_evidence.py": "the evidence layer over every committed result",
     "tests/test_verdicts.py::test_the_old_names_forward_to_the_evidence_layer_with_a_warning":
         "judges every committed result twice",
     "tests/test_counterfactual.py": "the book's prose against copies of every committed result",
