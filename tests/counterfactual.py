@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Hashable, Iterable, Mapping
 
@@ -121,4 +122,6 @@ def execute_chapters(jobs: Mapping[Hashable, tuple[str, Path | None]], book: Pat
         gate = asyncio.Semaphore(workers)
         return dict(await asyncio.gather(*(one(gate, key, *job) for key, job in jobs.items())))
 
-    return asyncio.run(run_all())
+    # In a thread of its own: in the same session the browser tests' Playwright holds this thread's event loop.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, run_all()).result()
