@@ -7,6 +7,10 @@ three minutes on two cores, and derandomized so that CI runs are reproducible. R
 
 Skip policy (``skip_policy.py``): with the environment variable ``CI`` set, a skipped test fails
 the run unless it skips for a missing optional extra (package, GPU, platform feature).
+
+Tiers: ``pytest -m quick`` runs the tests marked ``quick`` here (:func:`pytest_collection_modifyitems`):
+every test that is not ``browser``, ``slow`` or ``standalone`` and not listed in :data:`NOT_QUICK`.
+``pytest`` runs everything (what CI runs).
 """
 
 from __future__ import annotations
@@ -57,6 +61,36 @@ def one_thread():
 def two_threads():
     """torch 2.14.1's reported batched-solve failure needs more than one thread."""
     yield from _threads(2)
+
+
+NOT_QUICK = {
+    "tests/test_evidence.py": "the evidence layer over every committed result",
+    "tests/test_verdicts.py::test_the_old_names_forward_to_the_evidence_layer_with_a_warning":
+        "judges every committed result twice",
+    "tests/test_counterfactual.py": "the book's prose against copies of every committed result",
+    "tests/test_plots.py::test_forest_has_a_panel_per_unit_and_a_row_per_primary": "judges every committed result",
+    "tests/experiments/test_cifar.py::test_study_files_reproduce_their_repro_run": "re-runs stored training runs",
+    "tests/experiments/test_cifar.py::test_tiny_set_run_reproduces_the_profiled_run": "re-runs a stored training run",
+    "tests/experiments/test_grokking.py::test_reproduces_the_studies_results": "re-runs stored training runs",
+    "tests/experiments/test_grokking.py::test_reproduces_committed_results": "re-runs stored training runs",
+    "tests/test_distributed.py": "two gloo processes",
+    "tests/test_fsdp.py": "two gloo processes, torchrun",
+    "tests/test_convert_fsdp.py": "two gloo processes",
+    "tests/test_resources.py::test_wheel_carries_results_and_resolves_them_without_a_checkout": "builds a wheel",
+}
+"""What the quick tier leaves out besides the browser, slow and standalone tests: node-id prefixes (a file,
+or a test with all its parameters) and why. Each took more than 5 s on a loaded 2-core machine."""
+
+
+def _quick(nodeid: str) -> bool:
+    return not any(nodeid == p or nodeid.startswith((p + "::", p + "[")) for p in NOT_QUICK)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the quick tier (runs before ``-m`` selects)."""
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in ("browser", "slow", "standalone")) and _quick(item.nodeid):
+            item.add_marker(pytest.mark.quick)
 
 
 def pytest_configure(config):

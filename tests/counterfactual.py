@@ -6,14 +6,19 @@ two arms measured (accuracies, losses, steps, histories, metrics) between runs t
 (and train fraction, weight decay); what identifies a run (arm, seed, its lrs and sizes, commit, start)
 stays, so every selection of the evidence layer still finds its runs. ``seeds`` limits the exchange to
 some seeds: exchanging half of them leaves the mean difference near zero and resolves nothing.
+
+:func:`execute_chapters` runs chapters on such copies, several kernels at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Hashable, Iterable, Mapping
 
 # What identifies a run rather than what it measured.
 IDENTITY = {"arm", "arm_name", "seed", "train_fraction", "n_train", "n_test", "steps_total", "lr", "frame_lr",
@@ -60,7 +65,7 @@ def swap_outcomes(src: Path, dst: Path, pairs: Mapping[str, tuple[str, str]] = P
     """Copy the results folder ``src`` to ``dst`` with the outcomes of each experiment's arm pair
     exchanged (:func:`swap_payload`); returns ``{file: pairs exchanged}`` for the files it changed."""
     shutil.copytree(src, dst)
-    from stiefel_mini.experiments.records import load_results, save_results
+    from stiefel_mini.experiments.records import jsonable, load_results
 
     changed = {}
     seeds = None if seeds is None else list(seeds)
@@ -69,10 +74,54 @@ def swap_outcomes(src: Path, dst: Path, pairs: Mapping[str, tuple[str, str]] = P
             payload = load_results(path)
             n = swap_payload(payload, a, b, seeds)
             if n:
-                save_results(path, payload)
+                # Histories stay unpacked (load_results reads them as they are): packing them again
+                # (save_results' xz) took nine tenths of the copy's time and changes no value.
+                path.write_text(json.dumps(jsonable(payload), indent=1, allow_nan=False) + "\n")
                 changed[f"{experiment}/{path.name}"] = n
     return changed
 
 
 def read(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def execute_chapters(jobs: Mapping[Hashable, tuple[str, Path | None]], book: Path, workers: int | None = None,
+                     timeout: int = 1800) -> dict:
+    """Execute ``book/<chapter>.ipynb`` (working directory ``book``) once per job ``{key: (chapter,
+    results folder)}`` (``None``: the results the environment gives, the committed ones by default),
+    ``workers`` kernels at a time (default: the CPUs this process may use), each kernel with
+    ``OMP_NUM_THREADS`` = CPUs // workers so that together they use the CPUs without oversubscribing
+    them. Returns ``{key: executed notebook}``; a failing cell raises RuntimeError naming the job, from
+    nbclient's CellExecutionError (the cell and its traceback)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from stiefel_mini.resources import RESULTS_ENV
+
+    workers = max(1, min(workers or _cpus(), len(jobs)))
+    threads = str(max(1, _cpus() // workers))
+
+    async def one(gate, key, chapter, results):
+        env = dict(os.environ, OMP_NUM_THREADS=threads)
+        if results is not None:
+            env[RESULTS_ENV] = str(results)
+        nb = nbformat.read(book / f"{chapter}.ipynb", 4)
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(book)}})
+        async with gate:
+            try:
+                await client.async_execute(env=env)
+            except Exception as exc:
+                raise RuntimeError(f"{chapter}.ipynb on {results or 'the committed results'} failed") from exc
+        return key, nb
+
+    async def run_all():
+        gate = asyncio.Semaphore(workers)
+        return dict(await asyncio.gather(*(one(gate, key, *job) for key, job in jobs.items())))
+
+    # In a thread of its own: in the same session the browser tests' Playwright holds this thread's event loop.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, run_all()).result()

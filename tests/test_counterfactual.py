@@ -18,7 +18,6 @@ computed output.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -28,8 +27,8 @@ from bs4 import BeautifulSoup
 
 from stiefel_mini import evidence
 from stiefel_mini.evidence import CLAIMS
-from stiefel_mini.resources import CHECKOUT_RESULTS, RESULTS_ENV
-from tests.counterfactual import PAIRS, swap_outcomes
+from stiefel_mini.resources import CHECKOUT_RESULTS
+from tests.counterfactual import PAIRS, execute_chapters, swap_outcomes
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -133,39 +132,28 @@ def _boxes(cell: dict) -> dict[str, tuple[str, str]]:
     return out
 
 
-def execute(chapter: str, results: Path | None) -> nbformat.NotebookNode:
-    """Run ``book/<chapter>.ipynb`` (working directory ``book/``) with ``results`` as the results folder."""
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(BOOK / f"{chapter}.ipynb", 4)
-    old = os.environ.get(RESULTS_ENV)
-    if results is not None:
-        os.environ[RESULTS_ENV] = str(results)
-    try:
-        NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(BOOK)}}).execute()
-    finally:
-        if results is not None:
-            if old is None:
-                os.environ.pop(RESULTS_ENV, None)
-            else:
-                os.environ[RESULTS_ENV] = old
-    return nb
+CONDITIONS = ("real", "swapped", "mixed")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """A chapter executed on the committed files and on the two counterfactuals (each once a session)."""
+def runs(request, tmp_path_factory):
+    """``runs(chapter)``: ``{condition: executed notebook}`` on the committed files ("real") and the two
+    counterfactuals. Every chapter the collected tests ask for is executed once per condition, all of
+    them before the first test reads one, as many kernels at once as there are CPUs
+    (:func:`tests.counterfactual.execute_chapters`)."""
     base = tmp_path_factory.mktemp("counterfactual")
-    swapped, mixed = base / "swapped", base / "mixed"
-    assert swap_outcomes(CHECKOUT_RESULTS, swapped), "nothing was exchanged: the arm pairs are missing"
-    swap_outcomes(CHECKOUT_RESULTS, mixed, seeds=range(1, 100, 2))
-    done: dict[str, dict] = {}
+    folders = {"real": None, "swapped": base / "swapped", "mixed": base / "mixed"}
+    assert swap_outcomes(CHECKOUT_RESULTS, folders["swapped"]), "nothing was exchanged: the arm pairs are missing"
+    swap_outcomes(CHECKOUT_RESULTS, folders["mixed"], seeds=range(1, 100, 2))
+    params = [item.callspec.params for item in request.session.items
+              if "runs" in item.fixturenames and hasattr(item, "callspec")]
+    asked = sorted({p["chapter"] for p in params if "chapter" in p})
+    done = execute_chapters({(c, w): (c, folders[w]) for c in asked for w in CONDITIONS}, BOOK)
 
     def of(chapter: str) -> dict:
-        if chapter not in done:
-            done[chapter] = {"real": execute(chapter, None), "swapped": execute(chapter, swapped),
-                             "mixed": execute(chapter, mixed)}
-        return done[chapter]
+        if (chapter, "real") not in done:
+            done.update(execute_chapters({(chapter, w): (chapter, folders[w]) for w in CONDITIONS}, BOOK))
+        return {w: done[(chapter, w)] for w in CONDITIONS}
     return of
 
 

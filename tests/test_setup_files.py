@@ -14,11 +14,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_set_repository():
-    spec = importlib.util.spec_from_file_location("set_repository", ROOT / "scripts" / "set_repository.py")
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _load_set_repository():
+    return _load_script("set_repository")
 
 
 def _readme_commands() -> list[str]:
@@ -36,6 +40,56 @@ def test_ci_runs_exactly_the_readme_commands():
     for command in commands:
         assert command in ci_lines or f"{command} 2>&1 | tee \"$log\"" in ci_lines, \
             f".ci/run does not run the README's command {command!r} as it stands"
+
+
+LOAD = "{load[other_cores]} cores of other work"
+TIMED = {"setup": "set-up {minutes} min (" + LOAD + "; `.venv` is {venv_gib} GB",
+         "build": "book build {minutes} min (" + LOAD + ")",
+         "tests": "tests {minutes} min ({tests:,} tests; " + LOAD + ")",
+         "quick": "quick tier {minutes} min ({tests:,} tests; " + LOAD + ")",
+         "browser": "browser tests {minutes} min ({tests:,} tests; " + LOAD + ")"}
+"""How the README's "Two commands" section quotes each step of ``tests/suite_timing.json``."""
+
+
+def test_readme_times_are_the_measured_ones():
+    """The README's set-up, build and test figures are those ``scripts/measure_suite.py`` wrote, each
+    with the load beside it and its date; no other time is stated there (nor one the file lacks), and
+    the measured commands are the README's."""
+    section = re.search(r"## Two commands\n(.*?)\n## ", (ROOT / "README.md").read_text(), flags=re.S).group(1)
+    text = " ".join(section.split())
+    steps = json.loads((ROOT / "tests" / "suite_timing.json").read_text())["steps"]
+    assert set(steps) <= set(TIMED), f"tests/suite_timing.json holds steps other than {sorted(TIMED)}"
+    quoted = {name: TIMED[name].format(**record) for name, record in steps.items()}
+    missing = [phrase for phrase in quoted.values() if phrase not in text]
+    assert not missing, f"README.md's 'Two commands' section should say {missing} (tests/suite_timing.json)"
+    stated = re.findall(r"\d+(?:\.\d+)? min\b", text)
+    assert sorted(stated) == sorted(f"{r['minutes']} min" for r in steps.values()), \
+        f"README.md states times {stated} beside the measured ones {quoted}"
+    dates = {r["measured_utc"][:10] for r in steps.values()}
+    assert set(re.findall(r"\b20\d\d-\d\d-\d\d\b", text)) == dates, f"the measurements' dates are {sorted(dates)}"
+    commands = _load_script("measure_suite").STEPS
+    assert [commands["setup"], commands["build"]] == _readme_commands()[0].split(" && ")
+    assert commands["tests"] == _readme_commands()[1]
+    assert all(record["command"] == commands[name] for name, record in steps.items()), \
+        "tests/suite_timing.json measured other commands than scripts/measure_suite.py's: measure again"
+    for name in ("quick", "browser"):
+        assert f"`{commands[name]}`" in text, f"README.md should give the {name} command `{commands[name]}`"
+
+
+def test_every_test_the_quick_tier_leaves_out_exists():
+    """Each entry of tests/conftest.py's NOT_QUICK names a test file, or a test function in one."""
+    import ast
+
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)  # by path: tests/browser has a conftest module too
+    spec.loader.exec_module(conftest)
+    for entry in conftest.NOT_QUICK:
+        path, _, name = entry.partition("::")
+        assert (ROOT / path).is_file(), f"NOT_QUICK names {path}, which does not exist"
+        if name:
+            tree = ast.parse((ROOT / path).read_text())
+            assert name in {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}, \
+                f"NOT_QUICK names {entry}, which {path} does not define"
 
 
 def test_venv_is_ignored():

@@ -159,8 +159,8 @@ def _wait_equal(v, control, before, what):
 
 
 @pytest.mark.parametrize("page", WIDGET_PAGES)
-def test_every_widget_responds_without_kernel(visit, page):
-    v = visit(page)
+def test_every_widget_responds_without_kernel(fresh_visit, page):
+    v = fresh_visit(page)  # a page of its own: the test moves the controls
     n_views = v.page.locator(f'script[type="{WIDGET_VIEW}"]').count()
     assert n_views > 0
     # Every widget view in the page was rendered from the saved state (no kernel on this page).

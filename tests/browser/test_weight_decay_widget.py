@@ -43,24 +43,14 @@ VISIBLE_JS = """() => {
 
 
 @pytest.fixture
-def page(browser, book_url):
+def page(fresh_visit):
+    """The widget's page, ready (tests/browser/conftest.py), in a context of its own: the tests move it."""
     if not (BUILD / PAGE).is_file():
         pytest.skip(f"{PAGE} is not in the built book")
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    # Failed requests are the generic page test's business (tests/browser/test_book.py); here only
-    # JavaScript errors count, and 4xx responses are recorded with their URL.
-    pg.on("console", lambda msg: errors.append(msg.text)
-          if msg.type == "error" and not msg.text.startswith("Failed to load resource") else None)
-    pg.on("response", lambda r: errors.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
-    pg.goto(book_url + PAGE, wait_until="load", timeout=60_000)
-    pg.wait_for_load_state("networkidle", timeout=60_000)
-    pg.locator(".wd-widget .widget-slider .noUi-handle").first.wait_for(state="visible", timeout=30_000)
-    pg.errors = errors
-    yield pg
-    context.close()
+    v = fresh_visit(PAGE)
+    v.page.locator(".wd-widget .widget-slider .noUi-handle").first.wait_for(state="visible")
+    v.page.errors = v.errors
+    return v.page
 
 
 def _state(pg):
