@@ -394,7 +394,7 @@ def phrase(c: Claim, v: dict, short: bool = False) -> str:
         # short: the verdict's first clause ("implemented as described", "true by construction")
         return re.split(r", and |: ", v["verdict"])[0] if short else v["verdict"]
     if not rows:
-        return "not run yet: no paired seed"
+        return "no paired seed in the results yet"
     if c.kind == "ratio":
         return _ratio_phrase(c, rows, short)
     if c.kind == "ingredients":
