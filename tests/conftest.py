@@ -65,8 +65,6 @@ def two_threads():
 
 NOT_QUICK = {
     "tests/test_evidence.py": "the evidence layer over every committed result",
-    "tests/test_verdicts.py::test_the_old_names_forward_to_the_evidence_layer_with_a_warning":
-        "judges every committed result twice",
     "tests/test_counterfactual.py": "the book's prose against copies of every committed result",
     "tests/test_plots.py::test_forest_has_a_panel_per_unit_and_a_row_per_primary": "judges every committed result",
     "tests/experiments/test_cifar.py::test_study_files_reproduce_their_repro_run": "re-runs stored training runs",
