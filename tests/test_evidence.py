@@ -236,8 +236,8 @@ def test_files_that_cannot_be_paired_are_refused(tmp_path):
 
 
 def test_committed_results_give_every_claim_one_verdict_and_json(tmp_path):
-    vs = evidence.verdicts()
-    assert [v["key"] for v in vs] == [c.key for c in evidence.CLAIMS]
+    vs = evidence.verdicts() + evidence.questions()
+    assert [v["key"] for v in vs] == [c.key for c in evidence.CLAIMS + evidence.claims.LM_CLAIMS]
     assert all(v["verdict"] and v["sure"] and v["chapter"] for v in vs)
     out = subprocess.run([sys.executable, "-m", "stiefel_mini.evidence", "--json"], capture_output=True, text=True,
                          check=True, cwd=ROOT)
@@ -390,3 +390,18 @@ def test_holm_across_the_claims_counts_only_the_testable_primaries():
     assert a["resolved"] and b["resolved"] and not c["testable"]
     assert "over the 2 whose primary can reach p = 0.05" in out["text"] and out["text"].endswith("In all, 2 of 2 stay resolved at 0.05.")
     assert "a: p = 0.004 → 0.008, resolved; b: p = 0.03 → 0.03, resolved." in out["text"]
+
+
+def test_the_readers_questions_are_shown_but_stay_out_of_the_papers_family():
+    from bs4 import BeautifulSoup
+
+    from stiefel_mini.evidence.claims import CLAIMS, LM_CLAIMS
+
+    qs = evidence.questions()
+    assert [q["key"] for q in qs] == [c.key for c in LM_CLAIMS] == ["lm_gain"]
+    assert not {c.key for c in CLAIMS} & {q["key"] for q in qs}
+    family = {c["key"] for c in evidence.across_claims(evidence.verdicts())["claims"]}
+    assert "lm_gain" not in family
+    table = BeautifulSoup(evidence.summary_html(evidence.verdicts() + qs), "html.parser")
+    row = table.select_one("tr[data-claim='lm_gain']")
+    assert row is not None and "Language model" in row.get_text()

@@ -9,8 +9,9 @@ One layer computes every p-value and verdict that the book shows:
 - :mod:`stiefel_mini.evidence.measure`: a declared comparison computed from the files (:func:`compute`);
 - :mod:`stiefel_mini.evidence.words`: the verdict-word rules, technical and plain, in one place;
 - :mod:`stiefel_mini.evidence.confirm`: a primary judged again on the runs that can confirm it;
-- :mod:`stiefel_mini.evidence.judge`: :func:`verdicts`, each with its confirmation, and
-  :func:`across_claims` (Holm across the claims' primaries);
+- :mod:`stiefel_mini.evidence.judge`: :func:`verdicts`, each with its confirmation,
+  :func:`across_claims` (Holm across the claims' primaries) and :func:`questions` (the reader's
+  questions, outside the paper's family);
 - :mod:`stiefel_mini.evidence.plain`: the book's answer in plain words (the intro's bottom line,
   Part IV's table);
 - :mod:`stiefel_mini.evidence.ledger`: when each primary was declared, when each run started and on
@@ -23,7 +24,7 @@ One layer computes every p-value and verdict that the book shows:
 """
 
 from stiefel_mini.evidence.claims import CLAIMS, Claim, Comparison, claim
-from stiefel_mini.evidence.judge import across_claims, as_data, evaluate, verdicts
+from stiefel_mini.evidence.judge import across_claims, as_data, evaluate, questions, verdicts
 from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.words import effect_text, sure_text
 from stiefel_mini.evidence.compare import ALPHA, correct, paired, ratio
@@ -34,4 +35,4 @@ from stiefel_mini.evidence.tables import GROKKING_METRICS, accuracy_rows, grokki
 __all__ = ["ALPHA", "CLAIMS", "Claim", "Comparison", "GROKKING_METRICS", "accuracy_rows", "across_claims", "as_data",
            "bottom_line_html", "box_html", "claim", "codes_html", "compute", "confirmation_html", "correct",
            "details_html", "effect_text", "evaluate", "grokking_rows", "ledger_html", "legend_html", "paired",
-           "ratio", "scale_note_html", "summary_html", "sure_text", "table_html", "verdicts"]
+           "questions", "ratio", "scale_note_html", "summary_html", "sure_text", "table_html", "verdicts"]

@@ -15,7 +15,7 @@ import json
 import sys
 
 from stiefel_mini.evidence import ledger
-from stiefel_mini.evidence.judge import as_data, verdicts
+from stiefel_mini.evidence.judge import as_data, questions, verdicts
 from stiefel_mini.evidence.words import effect_text, sure_text
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
             arms = "; ".join(f"{a} seeds {_seeds(s)}" for a, s in h["arms"].items())
             print(f"{name}: {h['runs']} runs; {arms}")
         return
-    vs = verdicts(args.root)
+    vs = verdicts(args.root) + questions(args.root)
     if args.json:
         json.dump(as_data(vs), sys.stdout, indent=1)
         print()

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from stiefel_mini.evidence import compare, runs
-from stiefel_mini.evidence.claims import CLAIMS, Claim, Comparison
+from stiefel_mini.evidence.claims import CLAIMS, LM_CLAIMS, Claim, Comparison
 from stiefel_mini.evidence.confirm import confirmation
 from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.words import confirmed_word, family_status, phrase, regime_of, sentence, sure_text
 from stiefel_mini.experiments.stats import holm_tarone
 
-__all__ = ["evaluate", "verdicts", "across_claims", "as_data"]
+__all__ = ["evaluate", "verdicts", "questions", "across_claims", "as_data"]
 
 
 def evaluate(c: Claim, root: str | Path | None = None) -> dict:
@@ -111,6 +111,13 @@ def across_claims(vs: list[dict], alpha: float = compare.ALPHA) -> dict:
 def verdicts(root: str | Path | None = None) -> list[dict]:
     """Every claim's verdict (:func:`evaluate`), in the order of :data:`CLAIMS`."""
     return [evaluate(c, root) for c in CLAIMS]
+
+
+def questions(root: str | Path | None = None) -> list[dict]:
+    """The verdicts of the reader's questions (:data:`LM_CLAIMS`), which the paper does not claim: the
+    intro's table shows them, but they stay out of the paper's family (:func:`across_claims`) and its
+    bottom line."""
+    return [evaluate(c, root) for c in LM_CLAIMS]
 
 
 def _finite(x: Any) -> Any:

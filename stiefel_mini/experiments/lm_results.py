@@ -1,32 +1,93 @@
-"""Reading the language-model study's results file: sweeps, curves, costs and samples per arm.
+"""Reading the language-model study's results: sweeps, curves, samples and costs per arm, and the setup.
 
-Pure functions of the payload :func:`stiefel_mini.experiments.lm.study` writes (``results/lm/study.json``),
-for the chapter and the evidence layer; no training code. The comparisons and verdicts are the
+Pure functions of the payload :func:`stiefel_mini.experiments.lm.study` writes (``results/lm/study.json``)
+and of the benchmark's record (``results/benchmarks/lm_throughput.json``), for the chapter and the
+evidence layer; :func:`setup_facts` gathers the numbers that describe a run. No training code. The comparisons and verdicts are the
 evidence layer's (:data:`stiefel_mini.evidence.claims.LM_CLAIMS`).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from stiefel_mini.experiments.lm_config import LM_ARMS, STUDY, LMStudy
+from stiefel_mini.experiments.lm_config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
 from stiefel_mini.experiments.lm_plan import plan
 from stiefel_mini.experiments.records import load_results
+from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
 
-__all__ = ["STUDY_FILE", "load_study", "progress_counts", "sweep_rows", "seed_runs", "curve_band", "cost_rows",
-           "samples"]
+__all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
+           "progress_counts", "sweep_rows", "seed_runs", "curve_band", "throughput_rows", "samples"]
 
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
+THROUGHPUT_FILE = "benchmarks/lm_throughput.json"
+"""The language-model benchmark's record under ``results/`` (``benchmarks/lm_throughput.py --out``)."""
+TOKENIZER_META = "lm/tokenizer_meta.json"
+"""The tokenizer's measurements (bytes per token, tokens per split) under ``results/``."""
+
+
+def setup_facts(cfg: LMConfig = PRESETS["cpu"]) -> dict:
+    """The numbers that describe a run of ``cfg``, for the chapter's prose.
+
+    ``addresses``, ``val``, ``test`` (counts) and ``val_years``, ``test_years`` (first, last) of the
+    corpus and its held-out splits; the model's ``layers``, ``width``, ``heads``, ``head_size``,
+    ``context``, ``vocab`` and ``params`` (the output layer shares the token embedding); the run's
+    ``steps``, ``batch``, ``tokens`` (``steps * batch * context``), ``passes`` over the training
+    tokens, ``threads`` and ``max_step`` (the frames' trust cap); ``bytes_per_token`` on validation
+    and ``uniform_bpb``, the bits per byte of a model that gives every token the same probability,
+    :math:`\\log_2 V / \\text{bytes per token}`; the study's ``seeds`` and ``sweep_seeds``; Muon's
+    ``ns_steps`` (Newton-Schulz iterations per step) and the samples' ``temperature`` and ``top_k``.
+    """
+    import inspect
+
+    from stiefel_mini.experiments.lm import sample
+    from stiefel_mini.experiments.lm_data import TEST_ADDRESSES, VAL_ADDRESSES, addresses
+    from stiefel_mini.experiments.lm_model import build_model
+    from stiefel_mini.experiments.reference_optimizers import newton_schulz
+
+    meta = load_results(results_path(TOKENIZER_META))
+    m = cfg.model
+    if m.vocab_size != meta["vocab_size"]:
+        raise ValueError(f"cfg.model.vocab_size={m.vocab_size} but the tokenizer has {meta['vocab_size']} tokens")
+    tokens = cfg.steps * cfg.batch_size * m.context
+    bpt = meta["bytes_per_token"]["val"]
+
+    def years(names):
+        return int(min(names)[:4]), int(max(names)[:4])
+
+    names = addresses()
+    defaults = {k: v.default for k, v in inspect.signature(sample).parameters.items()}
+    return {"addresses": len(names), "years": years(names), "val": len(VAL_ADDRESSES), "test": len(TEST_ADDRESSES),
+            "val_years": years(VAL_ADDRESSES), "test_years": years(TEST_ADDRESSES),
+            "layers": m.n_layer, "width": m.d_model, "heads": m.n_head, "head_size": m.d_model // m.n_head,
+            "context": m.context, "vocab": m.vocab_size,
+            "params": sum(p.numel() for p in build_model(cfg).parameters()),
+            "steps": cfg.steps, "batch": cfg.batch_size, "tokens": tokens,
+            "passes": tokens / meta["tokens"]["train"], "bytes_per_token": bpt,
+            "uniform_bpb": math.log2(m.vocab_size) / bpt, "threads": cfg.threads,
+            "max_step": cfg.optimizer.max_step, "seeds": STUDY.seeds, "sweep_seeds": STUDY.sweep_seeds,
+            "ns_steps": inspect.signature(newton_schulz).parameters["steps"].default,
+            "temperature": defaults["temperature"], "top_k": defaults["top_k"]}
+
+
+def _load(name: str) -> dict | None:
+    try:
+        return load_results(results_path(name))
+    except FileNotFoundError:
+        return None
 
 
 def load_study() -> dict | None:
-    """The study's results file, or ``None`` where this copy of the results lacks it."""
-    try:
-        return load_results(results_path(STUDY_FILE))
-    except FileNotFoundError:
-        return None
+    """The study's results file (:data:`STUDY_FILE`), or ``None`` where this copy of the results lacks it."""
+    return _load(STUDY_FILE)
+
+
+def load_throughput() -> dict | None:
+    """The benchmark's record (:data:`THROUGHPUT_FILE`), or ``None`` where this copy of the results lacks it."""
+    return _load(THROUGHPUT_FILE)
 
 
 def progress_counts(payload: dict | None, study: LMStudy = STUDY) -> dict:
@@ -75,18 +136,25 @@ def curve_band(runs: dict[int, dict]) -> dict | None:
             "high": curves.max(0)}
 
 
-def cost_rows(payload: dict | None) -> list[dict]:
-    """Per arm with runs: ``{"arm", "runs", "tokens_per_s", "minutes"}``, the median training tokens
-    per second and the median wall minutes of a run (over all its runs, sweeps included)."""
-    if not payload:
+def throughput_rows(record: dict | None) -> list[dict]:
+    """The language-model benchmark's rates (``benchmarks/lm_throughput.py --out``), one row per
+    (threads, arm): ``{"threads", "arm", "tokens_per_s", "ratio", "low", "high"}``.
+
+    ``tokens_per_s`` is the best round's, ``tokens_per_step / min_r t_r``; ``ratio`` the median over
+    rounds of the step time over ``adamw``'s in the same round, ``low``-``high`` its range
+    (:func:`stiefel_mini.experiments.stats.paired_ratio`). Empty without a record.
+    """
+    if not record:
         return []
     out = []
-    for arm in LM_ARMS:
-        mine = [r for r in payload["runs"] if r["arm"] == arm]
-        if mine:
-            out.append({"arm": arm, "runs": len(mine),
-                        "tokens_per_s": float(np.median([r["tokens_per_s"] for r in mine])),
-                        "minutes": float(np.median([r["wall_time_s"] for r in mine])) / 60})
+    for entry in record["timing"]:
+        times = entry["seconds_per_step"]
+        for arm in LM_ARMS:
+            if arm in times:
+                r = paired_ratio(times[arm], times["adamw"])
+                out.append({"threads": entry["threads"], "arm": arm,
+                            "tokens_per_s": entry["tokens_per_step"] / min(times[arm]),
+                            "ratio": r["median"], "low": r["low"], "high": r["high"]})
     return out
 
 

@@ -50,7 +50,7 @@ MAIN_JS = r"""() => {
 
 @pytest.fixture(scope="module")
 def verdicts():
-    return {v["key"]: v for v in evidence.verdicts()}
+    return {v["key"]: v for v in evidence.verdicts() + evidence.questions()}
 
 
 def test_the_intro_first_screen_holds_the_bottom_line_and_the_table_and_no_audit_words(visit, verdicts):

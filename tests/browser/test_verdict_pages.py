@@ -36,7 +36,7 @@ def test_intro_table_lies_in_the_first_screen_above_the_forest_and_opens_no_comp
     assert not any(opened), f"the intro opens no block of comparisons (they are in the appendix): {opened}"
 
 
-@pytest.mark.parametrize("chapter", ["cifar", "grokking"])
+@pytest.mark.parametrize("chapter", ["cifar", "grokking", "language_model"])
 def test_chapter_box_says_what_the_intro_says(visit, chapter):
     intro = visit("book/intro.html").page.evaluate(ROWS_JS)
     box = visit(f"book/{chapter}.html").page.evaluate(BOX_JS)
