@@ -30,8 +30,8 @@ import torch.nn.functional as F
 
 from stiefel_mini.experiments.config import ConfigError, config_help, parse_config, replace, split_argv
 from stiefel_mini.experiments.lm_config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
-from stiefel_mini.experiments.lm_data import (EOT, corpus_dir, encode_split, eval_windows, load_tokenizer, random_batch,
-                                              read_split, token_bytes, train_tokenizer)
+from stiefel_mini.experiments.lm_data import (EOT, addresses, corpus_dir, encode_split, eval_windows, load_tokenizer,
+                                              random_batch, read_split, split_addresses, token_bytes, train_tokenizer)
 from stiefel_mini.experiments.lm_model import build_model, lr_factor, make_optimizers
 from stiefel_mini.experiments.lm_plan import plan, run_settings
 from stiefel_mini.experiments.records import (config_dict, cpu_description, jsonable, provenance, save_results,
@@ -263,13 +263,17 @@ def study(base: LMConfig, out: str | Path, plan_: LMStudy = STUDY, workers: int 
 
 def write_tokenizer(vocab_size: int, out: str | Path) -> dict:
     """Train the byte-level BPE on the training addresses, save it to ``out`` and its record beside it
-    (``<out stem>_meta.json``: the command, commit, versions and the bytes per token of each split)."""
+    (``<out stem>_meta.json``: the command, commit, versions; per split its addresses' count and
+    first and last year, its tokens and bytes per token), so that a reader without the corpus sees them."""
     tok = train_tokenizer(read_split("train"), vocab_size)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(out))
+    names = split_addresses(addresses())
     stats = {split: encode_split(tok, read_split(split)) for split in ("train", "val", "test")}
     meta = {"provenance": provenance(), "vocab_size": vocab_size,
+            "addresses": {k: len(v) for k, v in names.items()},
+            "years": {k: [int(min(v)[:4]), int(max(v)[:4])] for k, v in names.items()},
             "bytes_per_token": {k: s.n_bytes / s.ids.numel() for k, s in stats.items()},
             "tokens": {k: s.ids.numel() for k, s in stats.items()}}
     save_results(out.with_name(f"{out.stem}_meta.json"), meta)

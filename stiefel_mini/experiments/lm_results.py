@@ -32,19 +32,20 @@ TOKENIZER_META = "lm/tokenizer_meta.json"
 def setup_facts(cfg: LMConfig = PRESETS["cpu"]) -> dict:
     """The numbers that describe a run of ``cfg``, for the chapter's prose.
 
-    ``addresses``, ``val``, ``test`` (counts) and ``val_years``, ``test_years`` (first, last) of the
-    corpus and its held-out splits; the model's ``layers``, ``width``, ``heads``, ``head_size``,
-    ``context``, ``vocab`` and ``params`` (the output layer shares the token embedding); the run's
-    ``steps``, ``batch``, ``tokens`` (``steps * batch * context``), ``passes`` over the training
-    tokens, ``threads`` and ``max_step`` (the frames' trust cap); ``bytes_per_token`` on validation
-    and ``uniform_bpb``, the bits per byte of a model that gives every token the same probability,
+    From the tokenizer's record (no corpus needed): ``addresses``, ``val``, ``test`` (counts) and
+    ``years``, ``val_years``, ``test_years`` (first, last) of the corpus and its held-out splits,
+    ``bytes_per_token`` on validation and ``passes`` over the training tokens. From ``cfg``: the
+    model's ``layers``, ``width``, ``heads``, ``head_size``, ``context``, ``vocab`` and ``params``
+    (the output layer shares the token embedding); ``steps``, ``batch``, ``tokens``
+    (``steps * batch * context``), ``threads`` and ``max_step`` (the frames' trust cap). Then
+    ``uniform_bpb``, the bits per byte of a model that gives every token the same probability,
     :math:`\\log_2 V / \\text{bytes per token}`; the study's ``seeds`` and ``sweep_seeds``; Muon's
     ``ns_steps`` (Newton-Schulz iterations per step) and the samples' ``temperature`` and ``top_k``.
+    Raises ``ValueError`` when ``cfg``'s vocabulary is not the tokenizer's.
     """
     import inspect
 
     from stiefel_mini.experiments.lm import sample
-    from stiefel_mini.experiments.lm_data import TEST_ADDRESSES, VAL_ADDRESSES, addresses
     from stiefel_mini.experiments.lm_model import build_model
     from stiefel_mini.experiments.reference_optimizers import newton_schulz
 
@@ -54,14 +55,12 @@ def setup_facts(cfg: LMConfig = PRESETS["cpu"]) -> dict:
         raise ValueError(f"cfg.model.vocab_size={m.vocab_size} but the tokenizer has {meta['vocab_size']} tokens")
     tokens = cfg.steps * cfg.batch_size * m.context
     bpt = meta["bytes_per_token"]["val"]
-
-    def years(names):
-        return int(min(names)[:4]), int(max(names)[:4])
-
-    names = addresses()
+    years = {k: tuple(v) for k, v in meta["years"].items()}
     defaults = {k: v.default for k, v in inspect.signature(sample).parameters.items()}
-    return {"addresses": len(names), "years": years(names), "val": len(VAL_ADDRESSES), "test": len(TEST_ADDRESSES),
-            "val_years": years(VAL_ADDRESSES), "test_years": years(TEST_ADDRESSES),
+    return {"addresses": sum(meta["addresses"].values()),
+            "years": (min(y[0] for y in years.values()), max(y[1] for y in years.values())),
+            "val": meta["addresses"]["val"], "test": meta["addresses"]["test"],
+            "val_years": years["val"], "test_years": years["test"],
             "layers": m.n_layer, "width": m.d_model, "heads": m.n_head, "head_size": m.d_model // m.n_head,
             "context": m.context, "vocab": m.vocab_size,
             "params": sum(p.numel() for p in build_model(cfg).parameters()),

@@ -88,3 +88,14 @@ def test_setup_facts_follow_from_the_config_and_the_tokenizer():
 def test_setup_facts_refuse_a_vocabulary_the_tokenizer_does_not_have():
     with pytest.raises(ValueError, match="vocab_size"):
         lm_results.setup_facts(replace(PRESETS["cpu"], vocab_size=4096))
+
+
+def test_the_tokenizers_record_counts_the_corpus_splits():
+    from stiefel_mini.experiments import lm_data
+    from stiefel_mini.experiments.records import load_results
+    from stiefel_mini.resources import results_path
+
+    meta = load_results(results_path(lm_results.TOKENIZER_META))
+    names = lm_data.split_addresses(lm_data.addresses())
+    assert meta["addresses"] == {k: len(v) for k, v in names.items()}
+    assert meta["years"] == {k: [int(v[0][:4]), int(v[-1][:4])] for k, v in names.items()}
