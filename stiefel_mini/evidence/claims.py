@@ -302,7 +302,7 @@ def _lm(label: str, a: str, b: str, **kw: Any) -> Comparison:
 
 LM_CLAIMS: tuple[Claim, ...] = (
     Claim("lm_gain", "A small language model: StiefelAdam on the Q/K frames beats AdamW",
-          "not claimed: the reader's question", "language_model", "size", what="stiefel − adamw",
+          "not claimed", "language_model", "size", what="stiefel − adamw",
           primaries=((_lm("stiefel − adamw, validation bits per byte", "adamw", "stiefel"),),),
           secondary=(_lm("muon − adamw, validation bits per byte", "adamw", "muon"),
                      _lm("stiefel − muon, validation bits per byte", "muon", "stiefel"),
