@@ -66,6 +66,7 @@ def two_threads():
 NOT_QUICK = {
     "tests/test_evidence.py": "the evidence layer over every committed result",
     "tests/test_counterfactual.py": "the book's prose against copies of every committed result",
+    "tests/test_lm_chapter.py": "executes the language-model chapter on an invented complete study",
     "tests/test_plots.py::test_forest_has_a_panel_per_unit_and_a_row_per_primary": "judges every committed result",
     "tests/experiments/test_cifar.py::test_study_files_reproduce_their_repro_run": "re-runs stored training runs",
     "tests/experiments/test_cifar.py::test_tiny_set_run_reproduces_the_profiled_run": "re-runs a stored training run",

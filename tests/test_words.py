@@ -111,3 +111,17 @@ def test_a_regime_names_its_arms():
     assert words.plain_regime("lr 3e-3, A1's frame lr 1.0; A0' against A0, A3 frozen") == (
         "lr 3e-3, StiefelAdam's frame lr 1.0; AdamW without decay on Q/K against AdamW, frozen frames frozen")
     assert words.plain_regime("A10 and BA1 stay") == "A10 and BA1 stay"  # only whole codes
+
+
+def test_a_row_no_split_of_its_seeds_could_resolve_says_too_few_seeds_not_no_difference():
+    r = row([0.01] * 8, arm="stiefel", baseline="muon", label="stiefel − muon, validation bits per byte", unit="bpb",
+            higher_is_better=False)
+    assert r["resolved"]  # alone, 8 of 8 one way resolves
+    others = [row([0.01] * 8) for _ in range(8)]
+    compare.correct([r, *others])  # among 9 such tests none can reach 0.05 (Tarone): 2/256 * 7 > 0.05
+    assert not r["testable"] and not r["resolved"]
+    text = words.row_phrase(r)
+    assert text.startswith("too few seeds to decide: StiefelAdam behind Muon on 8 of 8 seeds"), text
+    assert words.gist(r) == "too few seeds to decide"
+    mixed = row([0.01, -0.01] * 4)
+    assert words.row_phrase(mixed).startswith("no clear difference")  # testable, and not resolved

@@ -281,10 +281,21 @@ def _sides(row: dict) -> tuple[str, str]:
     return _SIDES.get(row.get("unit", ""), ("better", "worse"))
 
 
+_UNDECIDABLE = "too few seeds to decide"
+"""An unresolved row whose test could not pass at any split of its seeds: even all of them one way
+would not be "resolved" after the correction, so "no clear difference" would misread it."""
+
+
+def _undecidable(r: dict) -> bool:
+    """Whether paired row ``r`` has seeds but a test that cannot reach the level (Tarone: ``testable`` False)."""
+    return r.get("n", 0) > 0 and r.get("testable") is False
+
+
 def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, short: bool = False) -> str:
     """A paired row ``b − a`` in plain words: ``"StiefelAdam slower than AdamW to reach 95% validation on
-    12 of 14 seeds, by 457 steps on average"``; unresolved: ``"no clear difference: ..."``, or ``"no gap
-    like the paper's ..."`` when the paper's number ``pv`` lies outside the interval. ``resolved``
+    12 of 14 seeds, by 457 steps on average"``; unresolved: ``"no clear difference: ..."``, ``"too few
+    seeds to decide: ..."`` when no split of its seeds could pass the correction, or ``"no gap like the
+    paper's ..."`` when the paper's number ``pv`` lies outside the interval. ``resolved``
     defaults to the row's own ``resolved``; ``short`` leaves out the metric, "on average" and a
     resolved row's "not the paper's" (for a table that shows the paper's number beside it)."""
     resolved = r["resolved"] if resolved is None else resolved
@@ -317,7 +328,7 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     if not resolved:
         outside = pv is not None and lo is not None and not lo <= pv <= hi
         head = (f"no gap like the paper's {_paper_amount(pv, unit)} {_UNITS.get(unit, ('', unit))[1]}" if outside
-                else "no clear difference")
+                else _UNDECIDABLE if _undecidable(r) else "no clear difference")
         sides = (f"{who(good)}{to} on {w} and {bad} on {l} of {n} seeds" if w == l else
                  f"{who(good if w > l else bad)}{to} on {max(w, l)} of {n} seeds")
         mean = "" if r["mean"] is None or r["mean"] == 0 else \
@@ -332,14 +343,15 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
 def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
     """A row's result in a few words for a running sentence: ``"2.4 points ahead on 14 of 14 seeds"``,
     ``"457 steps slower to reach 95% validation on 12 of 14 seeds"``, or, unresolved, ``"no clear
-    difference"`` / ``"no gap like the paper's 35.9 points"``; ``seeds=False`` leaves out the seeds."""
+    difference"`` / ``"too few seeds to decide"`` / ``"no gap like the paper's 35.9 points"``;
+    ``seeds=False`` leaves out the seeds."""
     unit = r.get("unit", "")
     centre = r["mean"] if r["mean"] is not None else r["median"]
     lo, hi = r["ci"] if r["ci"] is not None else (centre, centre)
     if not r["resolved"]:
         if pv is not None and lo is not None and not lo <= pv <= hi:
             return f"no gap like the paper's {_paper_amount(pv, unit)} {_UNITS.get(unit, ('', unit))[1]}"
-        return "no clear difference"
+        return _UNDECIDABLE if _undecidable(r) else "no clear difference"
     good, bad = _sides(r)
     what = r["label"].split(", ", 1)[1] if ", " in r["label"] else ""
     to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith("steps to ") else ""
