@@ -20,6 +20,7 @@ import pytest
 from bs4 import BeautifulSoup
 
 from stiefel_mini import evidence
+from stiefel_mini.evidence import plain
 from stiefel_mini.evidence.claims import claim
 from stiefel_mini.experiments.lm_config import STUDY
 from stiefel_mini.experiments.lm_plan import plan
@@ -94,6 +95,9 @@ def test_each_comparison_gives_its_known_answer(results):
     assert reach["n"] == 8 and reach["mean"] < 0  # lower all along: AdamW's final loss is reached sooner
     assert rows["adamw's Q/K step / stiefel's"]["n"] == 8
     assert v["status"] not in ("pending", "not tested") and "StiefelAdam" in v["sentence"]
+    tasks = plain.scale([v], root=results.parent)["tasks"]
+    assert [(t["task"], t["model"]) for t in tasks] == [
+        ("a language model on State of the Union addresses", "a transformer of width 256, 4 blocks of 4 heads")]
 
 
 def test_the_chapter_shows_the_answer_curves_comparisons_and_samples(results):

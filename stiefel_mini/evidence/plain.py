@@ -20,7 +20,8 @@ from stiefel_mini.evidence.words import arm_name, gist, plain_regime, row_phrase
 
 __all__ = ["TASKS", "scale", "tally", "bottom_line", "advice"]
 
-TASKS = {"cifar": "CIFAR-10 images", "grokking": "grokking modular addition"}
+TASKS = {"cifar": "CIFAR-10 images", "grokking": "grokking modular addition",
+         "language_model": "a language model on State of the Union addresses"}
 """Each experiment chapter's task, for a reader (a chapter not listed is named by its file)."""
 
 _COUNTED = {"reproduced": "held as stated", "smaller effect": "held with a smaller effect",
@@ -31,9 +32,10 @@ _COUNTED = {"reproduced": "held as stated", "smaller effect": "held with a small
 
 
 def _model(settings: dict) -> str:
-    """``"a transformer of width 96, 3 blocks of 4 heads"`` from a results file's settings."""
-    depth = settings.get("depth", 1)
-    heads = settings.get("n_heads")
+    """``"a transformer of width 96, 3 blocks of 4 heads"`` from a results file's settings (the
+    vision and grokking models' ``depth``, ``n_heads``, or GPT-2's ``n_layer``, ``n_head``)."""
+    depth = settings.get("depth", settings.get("n_layer", 1))
+    heads = settings.get("n_heads", settings.get("n_head"))
     blocks = f"{depth} block{'s' if depth != 1 else ''}" + (f" of {heads} heads" if heads else "")
     return f"a transformer of width {settings.get('d_model')}, {blocks}"
 
