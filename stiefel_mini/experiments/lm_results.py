@@ -19,7 +19,8 @@ from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
 
 __all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
-           "progress_counts", "sweep_rows", "seed_runs", "curve_band", "throughput_rows", "samples"]
+           "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
+           "samples"]
 
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
@@ -133,6 +134,19 @@ def curve_band(runs: dict[int, dict]) -> dict | None:
     tokens = next(iter(runs.values()))["history"]["tokens"]
     return {"tokens": np.asarray(tokens), "median": np.median(curves, 0), "low": curves.min(0),
             "high": curves.max(0)}
+
+
+def difference_band(runs: dict[int, dict], baseline: dict[int, dict]) -> dict | None:
+    """The paired validation curve ``runs[s] - baseline[s]`` over the seeds both have (runs that
+    diverged left out): ``{"tokens", "median", "low", "high", "n"}`` at each evaluation, the median and
+    range over seeds; ``None`` without a common seed. Negative: lower bits per byte than the baseline."""
+    ok = lambda r: r.get("diverged_at") is None  # noqa: E731
+    seeds = sorted(s for s in runs if s in baseline and ok(runs[s]) and ok(baseline[s]))
+    if not seeds:
+        return None
+    d = np.array([np.subtract(runs[s]["history"]["val_bpb"], baseline[s]["history"]["val_bpb"]) for s in seeds])
+    return {"tokens": np.asarray(runs[seeds[0]]["history"]["tokens"]), "median": np.median(d, 0),
+            "low": d.min(0), "high": d.max(0), "n": len(seeds)}  # d: (seeds, evals)
 
 
 def throughput_rows(record: dict | None) -> list[dict]:

@@ -99,3 +99,14 @@ def test_the_tokenizers_record_counts_the_corpus_splits():
     names = lm_data.split_addresses(lm_data.addresses())
     assert meta["addresses"] == {k: len(v) for k, v in names.items()}
     assert meta["years"] == {k: [int(v[0][:4]), int(v[-1][:4])] for k, v in names.items()}
+
+
+def test_difference_band_pairs_seeds_and_leaves_out_diverged_runs(payload):
+    adamw = lm_results.seed_runs(payload, "adamw")
+    other = {s: {**r, "history": {"tokens": [0, 100], "val_bpb": [v - 0.5 for v in r["history"]["val_bpb"]]}}
+             for s, r in adamw.items()}
+    band = lm_results.difference_band(other, adamw)
+    assert band["n"] == 3  # seed 3 diverged in the baseline
+    np.testing.assert_allclose(band["median"], [-0.5, -0.5])
+    np.testing.assert_allclose(band["low"], band["high"])
+    assert lm_results.difference_band(lm_results.seed_runs(payload, "stiefel"), {}) is None
