@@ -58,6 +58,7 @@ WORD_MEANINGS = {
     "contradicted": "resolved against the claim",
     "not resolved": "the runs cannot decide (not the same as no effect)",
     "by construction": "true of the algorithm's definition, checked by tests",
+    "not tested": "its study has no paired seed in the results yet",
 }
 """What each word of the intro's table means (shown under it)."""
 
