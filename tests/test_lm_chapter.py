@@ -100,6 +100,21 @@ def test_each_comparison_gives_its_known_answer(results):
         ("a language model on State of the Union addresses", "a transformer of width 256, 4 blocks of 4 heads")]
 
 
+def test_the_chapter_runs_on_a_study_with_one_paired_seed(results, tmp_path):
+    """The state the real study passes through: sweeps done, one paired seed of some arms."""
+    partial = tmp_path / "results"
+    shutil.copytree(results, partial)
+    payload = json.loads((results / "lm" / "study.json").read_text())
+    payload["runs"] = [r for r in payload["runs"] if r["phase"] == "sweep" or
+                       (r["seed"] == 0 and r["arm"] in ("adamw", "stiefel", "frozen"))]
+    (partial / "lm" / "study.json").write_text(json.dumps(payload))
+    v = evidence.evaluate(claim("lm_gain"), root=tmp_path)
+    assert v["primary"][0]["n"] == 1 and v["sentence"].lower().startswith("too few seeds to decide")
+    nb = execute_chapters({"one": ("language_model", partial)}, ROOT / "book", workers=1)["one"]
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+
+
 def test_the_chapter_shows_the_answer_curves_comparisons_and_samples(results):
     nb = execute_chapters({"complete": ("language_model", results)}, ROOT / "book", workers=1)["complete"]
     text = []
