@@ -1,8 +1,8 @@
 """The book's words: every glossary term linked where a reader first meets it, no cross-reference
 rendered as plain text. Read from the sources (no build needed).
 
-Reading order is ``_toc.yml``'s order, from the first chapter of Part I through Part II: the chapters
-that teach the vocabulary (:data:`PARTS`). The text read is the Markdown a reader sees: the Markdown
+Reading order is ``_toc.yml``'s order, from the first chapter of Part I through the appendix
+(:data:`PARTS`); the intro, which only names the claims, and the reference pages are not read. The text read is the Markdown a reader sees: the Markdown
 cells of the chapters, without headings, code, math, labels and directive options (Markdown printed by
 a code cell is not read).
 """
@@ -16,7 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GLOSSARY = ROOT / "book" / "glossary.md"
 ROLE = re.compile(r"\{([\w:-]+)\}`([^`]*)`")
-PARTS = ("Part I:", "Part II:")  # the parts read, by the start of their caption in _toc.yml
+# the parts read, by the start of their caption in _toc.yml
+PARTS = ("Part I:", "Part II:", "Part III:", "Part IV:", "Appendix")
 
 
 def reading_order() -> list[Path]:
@@ -108,9 +109,11 @@ def first_uses() -> dict[str, tuple[str, bool, str]]:
     return found
 
 
-def test_reading_order_is_parts_one_and_two():
+def test_reading_order_is_the_parts_and_the_appendix():
     assert [p.stem for p in reading_order()] == ["stiefel_manifold", "retractions", "riemannian_adam",
-                                                 "stiefel_attention", "weight_decay"]
+                                                 "stiefel_attention", "weight_decay", "grokking", "cifar",
+                                                 "language_model", "use_in_your_model", "which_tool", "api",
+                                                 "how_we_test"]
 
 
 def test_the_glossary_reader_finds_entries_and_aliases():
