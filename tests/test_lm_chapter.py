@@ -123,7 +123,8 @@ def test_the_chapter_shows_the_answer_curves_comparisons_and_samples(results):
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             figures += "image/svg+xml" in data or "image/png" in data
-            text.append(data.get("text/markdown", "") + BeautifulSoup(data.get("text/html", ""), "html.parser").get_text(" "))
+            html = BeautifulSoup(data.get("text/html", ""), "html.parser").get_text(" ")
+            text.append(data.get("text/markdown", "") + html)
     page = " ".join(" ".join(text).split())
     assert "No answer yet" not in page and "no paired seed" not in page.lower()
     assert figures >= 2  # the sweeps and the curves against tokens

@@ -2,8 +2,8 @@
 
 Pure functions of the payload :func:`stiefel_mini.experiments.lm.study` writes (``results/lm/study.json``)
 and of the benchmark's record (``results/benchmarks/lm_throughput.json``), for the chapter and the
-evidence layer; :func:`setup_facts` gathers the numbers that describe a run. No training code. The comparisons and verdicts are the
-evidence layer's (:data:`stiefel_mini.evidence.claims.LM_CLAIMS`).
+evidence layer; :func:`setup_facts` gathers the numbers that describe a run. No training code. The
+comparisons and verdicts are the evidence layer's (:data:`stiefel_mini.evidence.claims.LM_CLAIMS`).
 """
 
 from __future__ import annotations
