@@ -3,6 +3,7 @@
 These run with the unit tests (no build needed); the built HTML is checked by tests/browser.
 """
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -58,6 +59,11 @@ def test_assets_are_local_and_pinned():
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
 
 
+# Parts I-IV: the chapters that teach the geometry and the module, the experiments, and their use.
+EXPERIMENT_CHAPTERS = ["grokking", "cifar", "language_model"]
+USE_CHAPTERS = ["use_in_your_model", "which_tool"]
+TEXTBOOK_CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay",
+                     *EXPERIMENT_CHAPTERS, *USE_CHAPTERS]
 HIDDEN_INPUT_TAGS = {"hide-input", "remove-input", "remove-cell"}
 MAX_CODE_LINE = 88
 
@@ -85,7 +91,7 @@ def test_visible_code_lines_fit_the_page(path):
 EXPERIMENT_CODE_LINE = 84
 
 
-@pytest.mark.parametrize("name", ["grokking", "cifar", "use_in_your_model", "which_tool"])
+@pytest.mark.parametrize("name", [*EXPERIMENT_CHAPTERS, *USE_CHAPTERS])
 def test_visible_code_of_the_experiment_chapters_fits_the_column(name):
     nb = json.loads((BOOK / f"{name}.ipynb").read_text())
     long = [
@@ -99,11 +105,6 @@ def test_visible_code_of_the_experiment_chapters_fits_the_column(name):
     assert not long, f"{name}: (cell, width) of visible code over {EXPERIMENT_CODE_LINE} characters: {long}"
 
 
-# Parts I-IV: the chapters that teach the geometry and the module, the experiments, and their use.
-EXPERIMENT_CHAPTERS = ["grokking", "cifar"]
-USE_CHAPTERS = ["use_in_your_model", "which_tool"]
-TEXTBOOK_CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay",
-                     *EXPERIMENT_CHAPTERS, *USE_CHAPTERS]
 # A collapsed provenance block ("How these numbers were made") may name commits and trees.
 PROVENANCE_CELL = "# How these numbers were made"
 
@@ -280,3 +281,29 @@ def test_every_citation_is_in_the_bibliography_with_a_checked_identifier_format(
         assert re.fullmatch(r"10\.\d{4,9}/\S+", doi), f"not a DOI: {doi}"
     for chapter in TEXTBOOK_CHAPTERS:
         assert "{cite" in _book_texts()[f"{chapter}.ipynb"], f"{chapter} cites nothing"
+
+
+def _discarded_displays(source: str) -> list[int]:
+    """Lines where an ``HTML(...)`` or ``Markdown(...)`` is built and dropped: only a cell's last
+    top-level expression is shown, so one inside an ``if`` or a loop never reaches the page."""
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    tree = ast.parse(code)
+    shown = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and node is not shown and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", getattr(node.value.func, "attr", None)) in ("HTML", "Markdown")]
+
+
+def test_the_display_rule_catches_a_dropped_html():
+    assert _discarded_displays('if ok:\n    HTML("<p>")') == [2]
+    assert _discarded_displays('HTML("<p>")\nx = 1') == [1]
+    assert _discarded_displays('x = 1\nHTML("<p>")') == []
+    assert _discarded_displays('if ok:\n    display(HTML("<p>"))') == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_cell_builds_a_display_and_drops_it(path):
+    cells = json.loads(path.read_text())["cells"]
+    dropped = [(i, line) for i, c in enumerate(cells) if c["cell_type"] == "code"
+               for line in _discarded_displays(_source(c))]
+    assert not dropped, f"{path.name}: (cell, line) of HTML/Markdown never shown; wrap them in display(): {dropped}"

@@ -131,5 +131,8 @@ def test_the_chapter_shows_the_answer_curves_comparisons_and_samples(results):
     for arm in CENTRE:  # as literal Markdown: underscores escaped
         assert "of " + arm.replace("_", "\\_") in page, f"no sample of {arm}"
     assert "muon_stiefel − muon" in page and "tokens to reach" in page
+    n = len(json.loads((results / "lm" / "study.json").read_text())["runs"])
+    assert f"How these numbers were made: results/lm/study.json {n} runs" in page
+    assert "all from committed code" in page
     # eight of eight seeds one way, but nine secondaries: none can pass the correction, and the page says so
     assert "here: too few seeds to decide: StiefelAdam behind Muon on 8 of 8 seeds" in page
