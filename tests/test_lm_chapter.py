@@ -136,3 +136,4 @@ def test_the_chapter_shows_the_answer_curves_comparisons_and_samples(results):
     assert "all from committed code" in page
     # eight of eight seeds one way, but nine secondaries: none can pass the correction, and the page says so
     assert "here: too few seeds to decide: StiefelAdam behind Muon on 8 of 8 seeds" in page
+    assert "Against Muon: too few seeds to decide: StiefelAdam behind Muon on 8 of 8 seeds" in page  # the answer
