@@ -131,7 +131,7 @@ def test_the_chapter_shows_the_answer_curves_comparisons_and_samples(results):
     for arm in CENTRE:  # as literal Markdown: underscores escaped
         assert "of " + arm.replace("_", "\\_") in page, f"no sample of {arm}"
     assert "muon_stiefel − muon" in page and "tokens to reach" in page
-    assert "exact sign test, 8/8 wins, p = 0.0078 " in page  # the primary, its own p: no family of one table
+    assert "exact sign test, 8/8 wins, p = 0.0078 " in page  # each row its own p, not corrected across the table
     n = len(json.loads((results / "lm" / "study.json").read_text())["runs"])
     assert f"How these numbers were made: results/lm/study.json {n} runs" in page
     assert "all from committed code" in page
