@@ -17,12 +17,18 @@ from .convert import convert_attention
 from .groups import frame_parameters, is_frame, mark_frame, param_groups, qk_parameters
 from .mha import StiefelMultiheadAttention
 from .optim import StiefelAdam, stiefel_adam_frame_update
+from .manifold_muon import manifold_muon_update
+from .muon import StiefelMuon, mark_adamw_params, muon_update
 
 __version__ = "0.1.0"
 
 __all__ = [
     "StiefelAdam",
     "stiefel_adam_frame_update",
+    "StiefelMuon",
+    "manifold_muon_update",
+    "muon_update",
+    "mark_adamw_params",
     "StiefelSelfAttention",
     "QKNormSelfAttention",
     "make_attention",

@@ -28,6 +28,7 @@ from torch import nn
 
 from .attention import LOGIT_SCALES
 from .conversion_report import ConversionReport, ConvertedLayer
+from .muon import mark_adamw_params
 from .mha import StiefelMultiheadAttention
 from .projection import FrameProjection, mean_gain
 
@@ -241,6 +242,7 @@ def convert_attention(
     if logit_scale not in LOGIT_SCALES:
         raise ValueError(f"logit_scale must be one of {list(LOGIT_SCALES)}; got {logit_scale!r}")
     adapted, notes = convert_adapted(model, stiefel=stiefel, logit_scale=logit_scale)
+    mark_adamw_params(model)  # StiefelMuon trains the embeddings and the output head with AdamW
     report = ConversionReport(stiefel=stiefel, layers=adapted, notes=notes)
     if adapted and hasattr(getattr(model, "config", None), "to_json_string"):
         model.config.stiefel_attention = {"stiefel": stiefel, "logit_scale": logit_scale}

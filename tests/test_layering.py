@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "stiefel_mini"
 # Layer of each top-level module or subpackage of stiefel_mini; lower numbers sit below.
 LAYERS = {
     "geometry": 0, "_numerics": 0, "_distributed": 0, "resources": 0,
-    "optim": 1, "groups": 1,
+    "optim": 1, "groups": 1, "manifold_muon": 1, "muon": 1,
     "attention": 2, "mha": 2, "_mha_inputs": 2, "conversion_report": 2, "vit": 2,
     "projection": 2, "convert": 2, "hf": 2,
     "experiments": 3,
