@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# Run (or resume) the language-model study in a clean worktree at the commit its runs are made at,
+# Run (or resume) a language-model study in a clean worktree at the commit its runs are made at,
 # in the background, niced, one thread per process; `collect` copies its results file back.
 #
 #   bash scripts/lm_study.sh start [COMMIT]   # worktree ../run-<COMMIT> (default: the commit the
-#                                             # committed results/lm/study.json's runs name, else HEAD)
+#                                             # committed results file's runs name, else HEAD)
 #   bash scripts/lm_study.sh status           # runs finished, the log's last line
-#   bash scripts/lm_study.sh collect          # copy the worktree's study.json into results/lm/
+#   bash scripts/lm_study.sh collect          # copy the worktree's results file into results/lm/
+#
+# ROUND=2 in the environment works on the second study (results/lm/round2.json, the `round2` command,
+# its own state folder ../lm_round2); the default is the first (results/lm/study.json).
 #
 # A clean worktree keeps every run's `git_dirty` false while this checkout changes; its results file
 # starts as a copy of the committed one, so the study resumes where the last session stopped.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-STATE="$ROOT/../lm_study"  # the worktree's name, the log and the process group, outside the checkout
-mkdir -p "$STATE"
-FILE=results/lm/study.json
+if [[ "${ROUND:-1}" == "2" ]]; then
+  STATE="$ROOT/../lm_round2"; FILE=results/lm/round2.json; SUB=round2
+else
+  STATE="$ROOT/../lm_study"; FILE=results/lm/study.json; SUB=study
+fi
+mkdir -p "$STATE"  # the worktree's name, the log and the process group, outside the checkout
 cmd="${1:-status}"
 
 if [[ "$cmd" == "start" ]]; then
@@ -32,8 +38,8 @@ if [[ "$cmd" == "start" ]]; then
   # setsid: a process group of its own (its leader writes its id), so that one signal reaches the
   # study and its workers: kill -STOP -<pgid> pauses them, kill -CONT -<pgid> resumes.
   (cd "$wt" && PYTHONPATH="$wt" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid bash -c \
-     'echo $$ > "$1"; exec nice -n 10 .venv/bin/python -m stiefel_mini.experiments.lm study --workers 2 --out "$2"' \
-     _ "$STATE/pgid" "$FILE" >> "$STATE/log" 2>&1 < /dev/null &)
+     'echo $$ > "$1"; exec nice -n 10 .venv/bin/python -m stiefel_mini.experiments.lm "$3" --workers 2 --out "$2"' \
+     _ "$STATE/pgid" "$FILE" "$SUB" >> "$STATE/log" 2>&1 < /dev/null &)
   sleep 1
   echo "study started in $wt (process group $(cat "$STATE/pgid")); log: $STATE/log"
 elif [[ "$cmd" == "status" ]]; then
@@ -46,6 +52,6 @@ elif [[ "$cmd" == "collect" ]]; then
   cp "$wt/$FILE" "$FILE"
   echo "copied $wt/$FILE to $FILE"
 else
-  echo "usage: bash scripts/lm_study.sh start [COMMIT] | status | collect" >&2
+  echo "usage: [ROUND=2] bash scripts/lm_study.sh start [COMMIT] | status | collect" >&2
   exit 2
 fi

@@ -88,7 +88,8 @@ EXPERIMENTS = {
     "grokking": {"grokking", "grokking_config", "grokking_model", "grokking_metrics", "one_run", "peer_curve"},
     "weight_decay": {"weight_decay", "weight_decay_config", "readouts"},
     "compare_tools": {"compare_tools", "orthogonal_decay"},
-    "lm": {"lm", "lm_config", "lm_data", "lm_model", "lm_plan", "lm_results"},
+    "lm": {"lm", "lm_config", "lm_data", "lm_model", "lm_plan", "lm_results", "lm_attention", "lm_round2",
+           "lm_round2_run"},
     "patch_attention": {"patch_attention"},
     "fsdp_example": {"fsdp_example"},
 }

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 
-__all__ = ["Comparison", "Claim", "CLAIMS", "LM_CLAIMS", "PAIRED_SETTINGS", "claim"]
+__all__ = ["Comparison", "Claim", "CLAIMS", "LM_CLAIMS", "LM2_CLAIMS", "FAMILY_ARMS", "PAIRED_SETTINGS", "claim"]
 
 # Settings that must agree for runs of several files to be paired (each run records its own lr).
 PAIRED_SETTINGS = ("patch_size", "d_model", "depth", "n_heads", "epochs", "steps", "batch_size", "weight_decay",
@@ -322,9 +322,75 @@ primary is ``stiefel − adamw`` in validation bits per byte on seeds 0-7 at eac
 on seed 100); the secondaries compare Muon, the frozen frames and the tokens each arm needs."""
 
 
+LM2 = ("lm/round2.json",)
+LM2_REGIME = ("GPT-2, 4 layers, width 256, State of the Union addresses, 800 steps (1.6M tokens), each arm at "
+              "its best on sweep seeds 100-101")
+LM2_LONG_REGIME = "as the short runs, 2,400 steps (4.9M tokens, 1.8 passes), lr re-checked at 3 points on seed 100"
+LM2_SWEEP_SEEDS = (100, 101)
+"""The sweep seeds of the second language-model study (:data:`stiefel_mini.experiments.lm_round2.ROUND2`)."""
+FAMILY_ARMS = {"adamw_family": "adamw", "muon_family": "muon"}
+"""Arm names a round-2 comparison may use for a family's better arm: the arm
+:func:`stiefel_mini.experiments.lm_round2.better_arm` picks for that family (``adamw`` or
+``adamw_qknorm``; ``muon`` or ``muon_qknorm``) from the sweep runs, before any paired run."""
+
+
+def _lm2(label: str, a: str, b: str, phase: str = "paired", **kw: Any) -> Comparison:
+    seeds = kw.pop("seeds", tuple(range(16)) if phase == "paired" else tuple(range(8)))
+    regime = LM2_LONG_REGIME if phase == "long" else LM2_REGIME
+    return Comparison(label, regime, LM2, a, b, metric=kw.pop("metric", "test_bpb"), scale=1.0,
+                      unit=kw.pop("unit", "bpb"), higher_is_better=kw.pop("higher_is_better", False),
+                      censored=True, select=_sel(phase=phase), seeds=seeds,
+                      chosen_on=kw.pop("chosen_on", LM2_SWEEP_SEEDS), **kw)
+
+
+_ARMS2 = ("adamw", "adamw_qknorm", "stiefel", "muon", "muon_qknorm", "stiefel_muon")
+
+LM2_CLAIMS: tuple[Claim, ...] = (
+    Claim("lm2_stiefel_adam", "A small language model against strong baselines: StiefelAdam beats the better "
+          "AdamW (with or without QK-norm)", "not claimed", "language_model", "size",
+          what="stiefel − the better AdamW-family arm",
+          primaries=((_lm2("stiefel − better of adamw / adamw_qknorm, test bits per byte", "adamw_family",
+                           "stiefel"),),),
+          secondary=(*(_lm2(f"{b} − {a}, test bits per byte", a, b)
+                       for i, a in enumerate(_ARMS2) for b in _ARMS2[i + 1:]),
+                     *(_lm2(f"{arm} − adamw_family, tokens to reach its final validation bits per byte",
+                            "adamw_family", arm, metric="tokens", unit="tokens", reach=True)
+                       for arm in ("stiefel", "muon", "stiefel_muon")),
+                     *(_lm2(f"{arm} − adamw, {m} at the last evaluation", "adamw", arm, metric=m, unit=u,
+                            higher_is_better=m == "min_entropy")
+                       for arm in ("adamw_qknorm", "stiefel") for m, u in (("max_logit", "logit"),
+                                                                           ("min_entropy", "nats"))),
+                     _lm2("muon per head − muon whole, validation bits per byte, sweep seeds, each at its "
+                          "best muon lr", "muon", "muon", phase="sweep", metric="val_bpb", seeds=LM2_SWEEP_SEEDS,
+                          chosen_on=(), select_a=_sel(per_head=False), select_b=_sel(per_head=True))),
+          scale_note="a 4-layer GPT-2 of width 256 trained for 1.6M tokens on a CPU",
+          short="language model 2, stiefel − better AdamW"),
+    Claim("lm2_stiefel_muon", "Manifold Muon on the Q/K frames beats the better Muon (with or without QK-norm)",
+          "not claimed (arXiv 2606.13276, GPT-2 small: validation loss 3.3679 against Muon's 3.3855, one run each)", "language_model", "size",
+          what="stiefel_muon − the better Muon-family arm",
+          primaries=((_lm2("stiefel_muon − better of muon / muon_qknorm, test bits per byte", "muon_family",
+                           "stiefel_muon"),),),
+          scale_note="a 4-layer GPT-2 of width 256 trained for 1.6M tokens on a CPU; the published result is "
+                     "GPT-2 small, 50k iterations",
+          short="language model 2, stiefel_muon − better Muon"),
+    Claim("lm2_long", "Over 3x the steps, StiefelAdam beats its AdamW-family arm", "not claimed", "language_model",
+          "size", what="stiefel − the better AdamW-family arm, 2,400 steps",
+          primaries=((_lm2("stiefel − better of adamw / adamw_qknorm, 2,400 steps, test bits per byte",
+                           "adamw_family", "stiefel", phase="long"),),),
+          scale_note="a 4-layer GPT-2 of width 256 trained for 4.9M tokens on a CPU",
+          short="language model 2, long"),
+)
+"""The second language-model study's questions, declared before any of its runs: three primaries in
+test bits per byte on paired seeds (``stiefel`` against the better AdamW-family arm and
+``stiefel_muon`` against the better Muon-family arm on seeds 0-15; the long phase's ``stiefel``
+against its AdamW-family arm on seeds 0-7), each a family of one, no correction across them; every
+other pair of arms, the tokens to reach the family arm's final value, the last evaluation's largest
+logit and lowest entropy, and per-head against whole Muon on the sweep seeds are secondaries."""
+
+
 def claim(key: str) -> Claim:
-    """The declared claim ``key`` (a :attr:`Claim.key` of :data:`CLAIMS` or :data:`LM_CLAIMS`)."""
-    for c in CLAIMS + LM_CLAIMS:
+    """The declared claim ``key`` (a :attr:`Claim.key` of :data:`CLAIMS`, :data:`LM_CLAIMS` or :data:`LM2_CLAIMS`)."""
+    for c in CLAIMS + LM_CLAIMS + LM2_CLAIMS:
         if c.key == key:
             return c
     raise ValueError(f"no claim {key!r}; claims: {[c.key for c in CLAIMS]}")

@@ -11,6 +11,8 @@ every run and resuming from it. Usage::
     python -m stiefel_mini.experiments.lm --arm stiefel --seed 0       # one run (8 CPU minutes)
     python -m stiefel_mini.experiments.lm --preset tiny --arm muon     # a few seconds
     python -m stiefel_mini.experiments.lm study --workers 2            # results/lm/study.json
+    python -m stiefel_mini.experiments.lm round2 --workers 2           # results/lm/round2.json
+    python -m stiefel_mini.experiments.lm round2 --dry_run true        # its plan: runs and CPU hours
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from stiefel_mini.experiments.config import ConfigError, config_help, parse_config, replace, split_argv
+from stiefel_mini.experiments.lm_attention import attention_stats
 from stiefel_mini.experiments.lm_config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
 from stiefel_mini.experiments.lm_data import (EOT, addresses, corpus_dir, encode_split, eval_windows, load_tokenizer,
                                               random_batch, read_split, split_addresses, token_bytes, train_tokenizer)
@@ -40,6 +43,9 @@ from stiefel_mini.experiments.runner import cli, parse_cli, resume
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.groups import frame_parameters, qk_parameters
+
+Setup = Callable[[LMConfig, int], tuple[torch.nn.Module, list[torch.optim.Optimizer]]]
+"""``setup(cfg, eot_id) -> (model, optimizers)``: how :func:`run` builds an arm."""
 
 __all__ = ["PROMPTS", "corpus", "bits_per_byte", "sample", "train_step", "run", "study", "write_tokenizer",
            "parse_args", "main"]
@@ -121,20 +127,28 @@ def train_step(model: torch.nn.Module, opts: list[torch.optim.Optimizer], x: tor
 
 
 def _qk_vector(qk: list[torch.Tensor]) -> torch.Tensor:
-    return torch.cat([w.detach().flatten() for w in qk])
+    return torch.cat([w.detach().flatten() for w in qk]) if qk else torch.zeros(0)
 
 
-def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
+def run(cfg: LMConfig, tokenizer_path: str | None = None, setup: Setup | None = None,
+        stats_windows: int = 0) -> dict:
     """Train ``cfg.arm`` on seed ``cfg.seed``; return the run's measurements.
 
     ``val_bpb`` and ``test_bpb``: bits per byte on every validation and test window at the end;
     ``history``: per evaluation ``step``, ``tokens``, ``train_bpb`` (the mean over the steps since
     the last evaluation) and ``val_bpb`` (on ``cfg.eval_windows`` windows); ``qk_step_mean``: mean
-    over steps of ``||Q/K after - before||_F`` over all Q/K weights of the model; ``orth_error``:
+    over steps of ``||Q/K after - before||_F`` over all Q/K weights of the model (``None`` for a
+    model whose Q/K are not stored apart, as in GPT-2's fused ``c_attn``); ``orth_error``:
     the largest ``||W^T W - I||_F`` of any frame at the end (``None`` without frames);
     ``tokens_per_s``: training tokens per second of training time; ``samples``: the model's
     continuations of :data:`PROMPTS`. A run whose loss or gradient stops being finite ends there:
     ``diverged_at`` is that step (``None`` for a run that finished), its bits per byte ``None``.
+
+    ``setup(cfg, eot_id) -> (model, optimizers)`` builds another arm's model and optimizers (default:
+    :func:`~stiefel_mini.experiments.lm_model.build_model` and
+    :func:`~stiefel_mini.experiments.lm_model.make_optimizers`); ``stats_windows > 0`` adds to each
+    evaluation the largest attention logit and the lowest attention entropy on that many validation
+    windows (``history`` ``max_logit``, ``min_entropy``; :func:`.lm_attention.attention_stats`).
     """
     set_threads(cfg.threads)
     data = corpus(tokenizer_path)
@@ -142,8 +156,11 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
     if tok.get_vocab_size() != cfg.model.vocab_size:
         raise ValueError(f"the tokenizer has {tok.get_vocab_size()} tokens but vocab_size={cfg.model.vocab_size}; "
                          "train one of that size (python -m stiefel_mini.experiments.lm tokenizer --vocab_size N)")
-    model = build_model(cfg, eot_id=tok.token_to_id(EOT))
-    opts = make_optimizers(model, cfg)
+    if setup is None:
+        model = build_model(cfg, eot_id=tok.token_to_id(EOT))
+        opts = make_optimizers(model, cfg)
+    else:
+        model, opts = setup(cfg, tok.token_to_id(EOT))
     o = cfg.optimizer
     scheds = [torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_factor(s, cfg.steps, o.warmup_frac, o.final_lr_frac)) for opt in opts]
@@ -151,7 +168,8 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
     qk = list(qk_parameters(model))
     gen = generator(cfg.seed, "batches")
     xv, yv = eval_windows(data["val"].ids, ctx, cfg.eval_windows)
-    hist: dict[str, list] = {k: [] for k in ("step", "tokens", "train_bpb", "val_bpb")}
+    keys = ("step", "tokens", "train_bpb", "val_bpb") + (("max_logit", "min_entropy") if stats_windows else ())
+    hist: dict[str, list] = {k: [] for k in keys}
     nll_sum, byte_sum, step_sum, train_time, diverged = 0.0, 0, 0.0, 0.0, None
     bar = progress(total=cfg.steps, desc=f"{cfg.arm} seed {cfg.seed}", enabled=cfg.progress, mininterval=2.0)
     for step in range(cfg.steps + 1):
@@ -160,6 +178,9 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
             hist["tokens"].append(step * cfg.batch_size * ctx)
             hist["train_bpb"].append(nll_sum / math.log(2) / byte_sum if byte_sum else None)
             hist["val_bpb"].append(bits_per_byte(model, xv, yv, nbytes))
+            if stats_windows:
+                for k, v in attention_stats(model, xv[:stats_windows]).items():
+                    hist[k].append(v)
             nll_sum, byte_sum = 0.0, 0
             bar.set_postfix(val_bpb=f"{hist['val_bpb'][-1]:.3f}", refresh=False)
         if step == cfg.steps:
@@ -185,7 +206,7 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
     done = cfg.steps if diverged is None else diverged
     if diverged is not None:
         return {"val_bpb": None, "test_bpb": None, "diverged_at": diverged, "history": hist,
-                "qk_step_mean": step_sum / max(1, done), "orth_error": None,
+                "qk_step_mean": step_sum / max(1, done) if qk else None, "orth_error": None,
                 "tokens_per_s": done * cfg.batch_size * ctx / max(train_time, 1e-9), "train_time_s": train_time,
                 "samples": []}
     return {
@@ -193,7 +214,7 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
         "test_bpb": bits_per_byte(model, *eval_windows(data["test"].ids, ctx), nbytes),
         "diverged_at": None,
         "history": hist,
-        "qk_step_mean": step_sum / done,
+        "qk_step_mean": step_sum / done if qk else None,
         "orth_error": max(orthogonality_error(f.detach()).max().item() for f in frames) if frames else None,
         "tokens_per_s": cfg.steps * cfg.batch_size * ctx / max(train_time, 1e-9),
         "train_time_s": train_time,
@@ -203,7 +224,7 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None) -> dict:
 
 
 def _run_point(cfg: LMConfig, point: dict, commit: dict) -> dict:
-    """One planned run in a worker process: its record, stamped with when and where it ran."""
+    """One planned run of the first study in a worker process: its record, stamped with when and where it ran."""
     started = utc_now()
     t0 = time.perf_counter()
     result = run(replace(cfg, arm=point["arm"], seed=point["seed"], progress=False,
@@ -212,21 +233,46 @@ def _run_point(cfg: LMConfig, point: dict, commit: dict) -> dict:
             "git_commit": commit["git_commit"], "git_dirty": commit["git_dirty"], "cpu": cpu_description()}
 
 
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How :func:`study` runs a plan: ``state(runs) -> (ready points, remaining runs)``, ``key(point)``
+    (what tells two runs apart), ``run_point(base, point, commit) -> record`` (in a worker process,
+    so a module-level function), ``plan`` (the plan as stored in the results file) and ``seeds`` (the
+    comparisons' seeds, for the provenance)."""
+
+    state: Callable[[list[dict]], tuple[list[dict], float]]
+    key: Callable[[dict], tuple]
+    run_point: Callable[[LMConfig, dict, dict], dict]
+    plan: dict
+    seeds: tuple[int, ...]
+
+
+def first_study(plan_: LMStudy = STUDY, base: LMConfig | None = None) -> Schedule:
+    """The :class:`Schedule` of the first study (:func:`stiefel_mini.experiments.lm_plan.plan`)."""
+    def state(runs):
+        s = plan(plan_, runs, base)
+        return s.ready, s.remaining
+    return Schedule(state, run_settings, _run_point, jsonable(dataclasses.asdict(plan_)), plan_.seeds)
+
+
 def study(base: LMConfig, out: str | Path, plan_: LMStudy = STUDY, workers: int = 2,
-          command: str | None = None) -> dict:
+          command: str | None = None, schedule: Schedule | None = None) -> dict:
     """Run the plan ``plan_`` from ``base`` on ``workers`` processes, writing ``out`` after every run.
 
     The file holds the plan, the base config and the runs; run again with the same settings it
     resumes (a file of other settings raises ``ValueError`` naming the fields). Each finished run is
-    stored with its lrs, phase (``"sweep"`` or ``"seeds"``), start time, commit and CPU. Which runs
-    are ready, and each arm's best lr, come from :func:`stiefel_mini.experiments.lm_plan.plan`.
+    stored with its lrs, phase, start time, commit and CPU. Which runs are ready, and each arm's best
+    lr, come from the ``schedule`` (default: the first study's,
+    :func:`stiefel_mini.experiments.lm_plan.plan`; the second's is
+    :func:`stiefel_mini.experiments.lm_round2_run.schedule`).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    schedule = schedule or first_study(plan_, base)
     set_threads(base.threads)
-    prov = provenance(base, plan_.seeds, command)
+    prov = provenance(base, schedule.seeds, command)
     base_dict = config_dict(replace(base, arm="*", seed=-1, progress=False))
-    settings = {"base_config": base_dict, "plan": jsonable(dataclasses.asdict(plan_))}
+    settings = {"base_config": base_dict, "plan": schedule.plan}
     payload = {"experiment": "lm", "provenance": prov, **settings, "runs": []}
     old = resume(out, "base_config", base_dict)
     if old is not None:
@@ -236,26 +282,26 @@ def study(base: LMConfig, out: str | Path, plan_: LMStudy = STUDY, workers: int 
         payload["runs"] = old["runs"]
     save_results(out, payload)
     commit = {"git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"]}
-    state = plan(plan_, payload["runs"], base)
-    bar = progress(total=len(payload["runs"]) + state.remaining, initial=len(payload["runs"]), desc="lm study")
+    ready, remaining = schedule.state(payload["runs"])
+    bar = progress(total=len(payload["runs"]) + remaining, initial=len(payload["runs"]), desc="lm study")
     in_flight: dict = {}
     # One worker runs in this process (a thread), so a study of one worker needs no fresh interpreter.
     pool = (ThreadPoolExecutor(max_workers=1) if workers == 1 else
             ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")))
     with pool:
         while True:
-            state = plan(plan_, payload["runs"], base)
-            for point in state.ready:
-                key = run_settings(point)
+            ready, _ = schedule.state(payload["runs"])
+            for point in ready:
+                key = schedule.key(point)
                 if key not in in_flight and len(in_flight) < workers:
-                    in_flight[key] = pool.submit(_run_point, base, point, commit)
+                    in_flight[key] = pool.submit(schedule.run_point, base, point, commit)
             if not in_flight:
                 break
             done, _ = wait(in_flight.values(), return_when=FIRST_COMPLETED)
             for key in [k for k, f in in_flight.items() if f in done]:
                 payload["runs"].append(in_flight.pop(key).result())
                 save_results(out, payload)
-                bar.total = len(payload["runs"]) + plan(plan_, payload["runs"], base).remaining
+                bar.total = len(payload["runs"]) + schedule.state(payload["runs"])[1]
                 bar.update()
     bar.close()
     return payload
@@ -287,6 +333,14 @@ class _StudyArgs:
 
 
 @dataclasses.dataclass
+class _Round2Args:
+    workers: int = 2
+    out: str = "results/lm/round2.json"
+    dry_run: bool = False
+    minutes_per_run: float = 7.5
+
+
+@dataclasses.dataclass
 class _TokenizerArgs:
     vocab_size: int = 2048
     out: str = "results/lm/tokenizer.json"
@@ -298,6 +352,10 @@ def parse_args(argv: Sequence[str]) -> tuple:
     argv = list(argv)
     if argv and argv[0] == "tokenizer":
         return "tokenizer", parse_config(_TokenizerArgs, argv[1:])
+    if argv and argv[0] == "round2":
+        mine, rest = split_argv(argv[1:], _Round2Args)
+        base, _, _ = parse_cli(LMConfig, rest, presets=PRESETS, default_preset="cpu")
+        return "round2", parse_config(_Round2Args, mine), base
     if argv and argv[0] == "study":
         mine, rest = split_argv(argv[1:], _StudyArgs)
         base, _, _ = parse_cli(LMConfig, rest, presets=PRESETS, default_preset=STUDY.preset)
@@ -309,8 +367,8 @@ def parse_args(argv: Sequence[str]) -> tuple:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """CLI: ``tokenizer [--vocab_size N] [--out PATH]``, ``study [--workers N] [--out PATH] [--field value ...]``
-    or one run ``[--preset NAME] [--out PATH] [--field value ...]``."""
+    """CLI: ``tokenizer [--vocab_size N] [--out PATH]``, ``study [--workers N] [--out PATH] [--field value ...]``,
+    ``round2 [--workers N] [--out PATH] [--dry_run true]`` or one run ``[--preset NAME] [--out PATH] [--field value ...]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(__doc__)
@@ -322,6 +380,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         meta = write_tokenizer(args.vocab_size, args.out)
         print(f"wrote {args.out}: {args.vocab_size} tokens, {meta['bytes_per_token']['val']:.2f} bytes per token "
               "on the validation addresses")
+        return
+    if kind == "round2":
+        from stiefel_mini.experiments.lm_round2 import ROUND2, budget, plan2
+        from stiefel_mini.experiments.lm_round2_run import schedule
+
+        args, base = parsed
+        if args.dry_run:
+            b = budget(ROUND2, args.minutes_per_run)
+            first = plan2(ROUND2, []).ready
+            print(f"round 2: {b['sweep']} sweep runs, {b['paired']} paired runs, {b['long_equivalents']:g} "
+                  f"800-step equivalents of long runs and checks: {b['equivalents']:g} in all, about "
+                  f"{b['cpu_hours']:.1f} CPU hours at {args.minutes_per_run:g} min per run, before any grid grows")
+            print(f"ready now: {len(first)} runs, first {first[0]}")
+            return
+        try:
+            payload = study(base, args.out, workers=args.workers, schedule=schedule(ROUND2))
+        except ValueError as err:
+            raise SystemExit(f"error: {err}") from None
+        print(f"wrote {args.out}: {len(payload['runs'])} runs")
         return
     if kind == "study":
         args, base = parsed

@@ -25,7 +25,7 @@ from stiefel_mini.experiments.reference_optimizers import Muon
 from stiefel_mini.experiments.runtime import stream_seed
 from stiefel_mini.groups import frame_parameters, qk_parameters
 
-__all__ = ["FRAME_ARMS", "build_model", "parameter_roles", "make_optimizers", "lr_factor"]
+__all__ = ["FRAME_ARMS", "build_model", "gpt2", "parameter_roles", "make_optimizers", "lr_factor"]
 
 FRAME_ARMS = ("stiefel", "frozen", "muon_stiefel")
 """The arms whose Q/K are Stiefel frames."""
@@ -37,10 +37,21 @@ def build_model(cfg: LMConfig, eot_id: int = 0) -> nn.Module:
     Dropout is off (the runs are short and deterministic). Raises ``ValueError`` for an unknown arm
     or a width the heads do not divide.
     """
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     if cfg.arm not in LM_ARMS:
         raise ValueError(f"unknown arm {cfg.arm!r}; choose one of {sorted(LM_ARMS)}")
+    model = gpt2(cfg, eot_id)
+    convert_attention(model, stiefel=cfg.arm in FRAME_ARMS)
+    if cfg.arm == "frozen":
+        for p in frame_parameters(model):
+            p.requires_grad_(False)
+    return model
+
+
+def gpt2(cfg: LMConfig, eot_id: int = 0) -> nn.Module:
+    """The unconverted GPT-2 of ``cfg.model``, initialised from stream ``"init"`` of ``cfg.seed``: the
+    same weights for every arm of a seed. Raises ``ValueError`` for a width the heads do not divide."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     m = cfg.model
     if m.d_model % m.n_head:
         raise ValueError(f"d_model={m.d_model} is not a multiple of n_head={m.n_head}")
@@ -51,14 +62,9 @@ def build_model(cfg: LMConfig, eot_id: int = 0) -> nn.Module:
     state = torch.random.get_rng_state()
     torch.manual_seed(stream_seed(cfg.seed, "init"))
     try:
-        model = GPT2LMHeadModel(config)
+        return GPT2LMHeadModel(config)
     finally:
         torch.random.set_rng_state(state)
-    convert_attention(model, stiefel=cfg.arm in FRAME_ARMS)
-    if cfg.arm == "frozen":
-        for p in frame_parameters(model):
-            p.requires_grad_(False)
-    return model
 
 
 def parameter_roles(model: nn.Module) -> dict[str, list[nn.Parameter]]:
