@@ -364,6 +364,7 @@ LM2_CLAIMS: tuple[Claim, ...] = (
                           "best muon lr", "muon", "muon", phase="sweep", metric="val_bpb", seeds=LM2_SWEEP_SEEDS,
                           chosen_on=(), select_a=_sel(per_head=False), select_b=_sel(per_head=True))),
           scale_note="a 4-layer GPT-2 of width 256 trained for 1.6M tokens on a CPU",
+          declared="e077df4",
           short="language model 2, stiefel − better AdamW"),
     Claim("lm2_stiefel_muon", "Manifold Muon on the Q/K frames beats the better Muon (with or without QK-norm)",
           "not claimed (arXiv 2606.13276, GPT-2 small: validation loss 3.3679 against Muon's 3.3855, one run each)", "language_model", "size",
@@ -372,12 +373,14 @@ LM2_CLAIMS: tuple[Claim, ...] = (
                            "stiefel_muon"),),),
           scale_note="a 4-layer GPT-2 of width 256 trained for 1.6M tokens on a CPU; the published result is "
                      "GPT-2 small, 50k iterations",
+          declared="e077df4",
           short="language model 2, stiefel_muon − better Muon"),
     Claim("lm2_long", "Over 3x the steps, StiefelAdam beats its AdamW-family arm", "not claimed", "language_model",
           "size", what="stiefel − the better AdamW-family arm, 2,400 steps",
           primaries=((_lm2("stiefel − better of adamw / adamw_qknorm, 2,400 steps, test bits per byte",
                            "adamw_family", "stiefel", phase="long"),),),
           scale_note="a 4-layer GPT-2 of width 256 trained for 4.9M tokens on a CPU",
+          declared="e077df4",
           short="language model 2, long"),
 )
 """The second language-model study's questions, declared before any of its runs: three primaries in
