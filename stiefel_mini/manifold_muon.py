@@ -110,14 +110,15 @@ def manifold_muon_update(
     p = W.shape[-1]
     finite = torch.isfinite(G).flatten(-2).all(dim=-1)[..., None, None]  # (..., 1, 1); eigh refuses NaN
     G = torch.where(finite, G, 0.0)
-    W64, G64 = W.to(torch.float64), G.to(torch.float64)
-    B = W64.mT @ G64  # (..., p, p)
-    C = G64 - W64 @ B  # (I - W W^T) G, (..., n, p): D from it is PSD even where W^T W = I to rounding only
+    B = W.mT @ G  # (..., p, p)
+    C = G - W @ B  # (I - W W^T) G, (..., n, p): D from it is PSD even where W^T W = I to rounding only
+    C = C.to(torch.float64)
+    B, CtC = B.to(torch.float64), C.mT @ C  # C^T C in float64: PSD, its small eigenvalues kept
     # s^2: the mean squared singular value of the Riemannian gradient, (||C||^2 + ||skew(B)||^2) / p.
-    s2 = (C.square().sum((-2, -1)) + (0.5 * (B - B.mT)).square().sum((-2, -1))) / p
+    s2 = (CtC.diagonal(dim1=-2, dim2=-1).sum(-1) + (0.5 * (B - B.mT)).square().sum((-2, -1))) / p
     s = torch.where(s2 > 0, s2, 1.0).sqrt()[..., None, None]  # (..., 1, 1)
     B = B / s
-    D = C.mT @ C / s**2 + RIDGE * torch.eye(p, dtype=B.dtype, device=B.device)
+    D = CtC / s**2 + RIDGE * torch.eye(p, dtype=B.dtype, device=B.device)
     S = 0.5 * (B - B.mT)
     Sigma = torch.zeros_like(S) if multiplier is None else multiplier.to(S)
     if multiplier is not None and multiplier.shape != S.shape:

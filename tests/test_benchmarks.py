@@ -107,3 +107,15 @@ def test_lm_throughput_table_and_results_file(capsys, tmp_path):
 def test_lm_throughput_needs_its_baseline():
     with pytest.raises(SystemExit):
         load("lm_throughput").main(["--arms", "stiefel", "muon"])
+
+
+def test_muon_step_table_and_results_file(capsys, tmp_path):
+    bench = load("muon_step")
+    out_file = tmp_path / "muon.json"
+    bench.main(["--frames", "1", "--rounds", "2", "--skip_model", "--threads", "1", "--out", str(out_file)])
+    row = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\| \d", line)]
+    assert len(row) == 1 and re.search(r"\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) \| 0\.9\d+|1\.0\d+", row[0]), row
+    record = json.loads(out_file.read_text())
+    f = record["frame_rule"]
+    assert len(f["iterations_warm"]) == len(f["iterations_cold"]) == 2
+    assert f["objective_over_converged"]["min"] > 0.99  # the warm-started step is the converged one
