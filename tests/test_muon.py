@@ -185,3 +185,31 @@ def test_mark_adamw_params_on_a_home_built_model():
     opt = StiefelMuon(model.parameters())
     roles = {id(p): g["role"] for g in opt.param_groups for p in g["params"]}
     assert roles[id(model[0].weight)] == "adamw" and roles[id(model[1].weight)] == "muon"
+
+
+def test_a_compiled_model_and_bf16_autocast_train_with_stiefel_muon():
+    if not torch._dynamo.is_dynamo_supported():
+        pytest.skip("torch.compile (dynamo) is not supported on this Python / platform")
+    model = _gpt2()
+    compiled = torch.compile(model, backend="aot_eager")
+    opt = StiefelMuon(model.parameters(), lr=0.01, frame_lr=0.02, adamw_lr=1e-3)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[g["lr"] for g in opt.param_groups], total_steps=4)
+    x = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    for step in range(3):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=step > 0):
+            loss = compiled(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        sched.step()
+    for f in frame_parameters(model):
+        assert f.dtype == torch.float32 and orthogonality_error(f.detach()).max() < 1e-5
+    assert all(g["lr"] != g["initial_lr"] for g in opt.param_groups)  # the schedule reaches every role
+
+
+def test_add_param_group_after_construction_splits_by_role():
+    W = nn.Parameter(random_stiefel(2, 10, 3))
+    mark_frame(W)
+    opt = StiefelMuon([nn.Parameter(torch.randn(4, 4))], lr=0.01)
+    opt.add_param_group({"params": [W, nn.Parameter(torch.randn(3))], "frame_lr": 0.2})
+    assert [(g["role"], g["lr"]) for g in opt.param_groups] == [("muon", 0.01), ("frame", 0.2), ("adamw", 3e-4)]
