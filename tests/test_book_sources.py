@@ -43,7 +43,7 @@ def test_every_toc_entry_exists():
 def test_part_one_is_in_the_toc():
     entries = _toc_files()
     assert entries[0] == "book/intro"
-    for chapter in ("book/stiefel_manifold", "book/retractions", "book/riemannian_adam"):
+    for chapter in ("book/stiefel_manifold", "book/retractions", "book/riemannian_adam", "book/manifold_muon"):
         assert chapter in entries
 
 
@@ -62,7 +62,8 @@ def test_assets_are_local_and_pinned():
 # Parts I-IV: the chapters that teach the geometry and the module, the experiments, and their use.
 EXPERIMENT_CHAPTERS = ["grokking", "cifar", "language_model"]
 USE_CHAPTERS = ["use_in_your_model", "which_tool"]
-TEXTBOOK_CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay",
+TEXTBOOK_CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "manifold_muon", "stiefel_attention",
+                     "weight_decay",
                      *EXPERIMENT_CHAPTERS, *USE_CHAPTERS]
 HIDDEN_INPUT_TAGS = {"hide-input", "remove-input", "remove-cell"}
 MAX_CODE_LINE = 88

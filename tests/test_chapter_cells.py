@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay"]
+CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "manifold_muon", "stiefel_attention",
+            "weight_decay"]
 CLOSED = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 # a printout, a check, or drawing: what belongs in a closed cell
 SHOWN_ONLY_CLOSED = re.compile(r"\bprint\(|\bassert\b|assert_close|\bplt\.|\bax\.|\baxes\[|\bfig\b|show_table\(|"

@@ -17,7 +17,8 @@ from bookpaths import BUILD, book_pages
 pytestmark = pytest.mark.browser
 
 PAGES = book_pages() or ["<no built book>"]
-PART_ONE = ["book/intro.html", "book/stiefel_manifold.html", "book/retractions.html", "book/riemannian_adam.html"]
+PART_ONE = ["book/intro.html", "book/stiefel_manifold.html", "book/retractions.html", "book/riemannian_adam.html",
+            "book/manifold_muon.html"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.browser
 
 # Parts I-II have numbered equations; Part III (the experiments) has the same structure around its studies.
 EQUATION_PAGES = [f"book/{name}.html" for name in
-                  ("stiefel_manifold", "retractions", "riemannian_adam", "stiefel_attention", "weight_decay")]
+                  ("stiefel_manifold", "retractions", "riemannian_adam", "manifold_muon", "stiefel_attention",
+                   "weight_decay")]
 EXPERIMENT_PAGES = [f"book/{name}.html" for name in ("grokking", "cifar")]
 # Part IV (using the library) has the same structure, and reads stored benchmark runs.
 USE_PAGES = [f"book/{name}.html" for name in ("use_in_your_model", "which_tool")]
