@@ -5,6 +5,7 @@ picked on the sweep seeds, and with no run before that arm is known."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,15 @@ def test_an_undecided_family_pairs_no_run(tmp_path, runs):
 
 def test_a_comparison_of_named_arms_picks_nothing():
     assert family_arms(LM2_CLAIMS[0].secondary[0]) == {}
+
+
+def test_per_head_against_whole_muon_each_at_its_best_muon_lr(tmp_path, runs):
+    comp = next(c for c in LM2_CLAIMS[0].secondary if c.label.startswith("muon per head"))
+    _write(tmp_path, runs)
+    row = compute(comp, tmp_path)
+    # the landscape: both at muon lr 0.01 (of 0.005, 0.01, 0.02), per head 0.003 worse on each sweep seed
+    assert row["n"] == 2 and row["median"] == pytest.approx(0.003) and row["chosen_here"]
+    shifted = [{**r, "val_bpb": r["val_bpb"] - 0.02 * (r["muon_lr"] == 0.02)} if r["arm"] == "muon" and r["per_head"]
+               else r for r in runs]  # per head's best moves to 0.02: 0.003 + 0.01 ln 2 - 0.02 against whole's
+    _write(tmp_path, shifted)
+    assert compute(comp, tmp_path)["median"] == pytest.approx(0.003 + 0.01 * math.log(2) - 0.02)

@@ -8,12 +8,13 @@ can confirm a primary (started after its declaration, on a seed no choice was ma
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from pathlib import Path
 from typing import Callable
 
 from stiefel_mini.evidence import compare, ledger, reach, runs
 from stiefel_mini.evidence.claims import FAMILY_ARMS, PAIRED_SETTINGS, Comparison
-from stiefel_mini.experiments.lm_round2 import ROUND2, plan2
+from stiefel_mini.experiments.lm_round2 import ROUND2, plan2, point_key
 
 __all__ = ["pooled", "family_arms", "compute", "confirming"]
 
@@ -66,10 +67,24 @@ def _value(comp: Comparison):
     return lambda r: None if raw(r) is None else comp.scale * raw(r)
 
 
+def _round2_best(mine: list[dict]) -> dict[int, dict]:
+    """One arm's round-2 runs at their best setting (every field but the seed): the lowest mean
+    validation bits per byte over its seeds, a diverged run ``+inf``, as the plan scores its grids."""
+    settings: dict[tuple, list[dict]] = {}
+    for r in mine:
+        key = point_key(r)
+        settings.setdefault(key[:1] + key[2:], []).append(r)
+    score = lambda rs: sum(math.inf if r["val_bpb"] is None else r["val_bpb"] for r in rs) / len(rs)  # noqa: E731
+    return runs.by_seed(min(settings.values(), key=score)) if settings else {}
+
+
 def _side(pool: list[dict], comp: Comparison, arm: str, extra: tuple) -> dict[int, dict]:
     chosen = [r for r in pool if all(r.get(k) == v for k, v in comp.select + extra)]
     if arm in comp.at_best:
-        return runs.at_best_lr([r for r in chosen if r["arm"] == arm], arm)[1]
+        mine = [r for r in chosen if r["arm"] == arm]
+        if any("per_head" in r for r in mine):  # a round-2 run: its settings are lm_round2.FIELDS
+            return _round2_best(mine)
+        return runs.at_best_lr(mine, arm)[1]
     return runs.by_seed(chosen, arm=arm)
 
 
