@@ -12,11 +12,13 @@ import pytest
 
 from stiefel_mini import evidence
 from stiefel_mini.evidence import ledger
+from stiefel_mini.evidence.claims import LM2_CLAIMS, LM_CLAIMS
 from tests.test_evidence import SETTINGS, cifar_run, write
 
 ROOT = Path(__file__).resolve().parents[1]
 DECLARED = "ceb61dd"  # cifar_gain's declaring commit
 T0 = "2026-12-01T22:25:39+00:00"
+ALL_CLAIMS = evidence.CLAIMS + LM_CLAIMS + LM2_CLAIMS  # the paper's claims and the reader's questions
 
 
 def utc(t: str) -> dt.datetime:
@@ -130,7 +132,7 @@ def test_pairs_on_two_machines_are_counted(tmp_path):
 def test_the_committed_ledger_has_every_commit_and_agrees_with_git():
     times = ledger.commit_times()
     named = set(ledger._named_commits(ROOT / "results"))
-    declared = {c.declared for c in evidence.CLAIMS if c.declared}
+    declared = {c.declared for c in ALL_CLAIMS if c.declared}
     missing = [c for c in named | declared if ledger.commit_time(c, times) is None]
     assert not missing, f"results/ledger.json lacks {missing}: run python -m stiefel_mini.evidence --write-ledger"
     try:
@@ -147,7 +149,7 @@ def test_each_declaring_commit_holds_its_claim():
         subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, check=True, timeout=10)
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("no git history here (a tarball)")
-    for c in evidence.CLAIMS:
+    for c in ALL_CLAIMS:
         if not c.declared:
             continue
         src = subprocess.run(["git", "show", f"{c.declared}:stiefel_mini/evidence/claims.py"], cwd=ROOT,

@@ -362,7 +362,8 @@ LM2_CLAIMS: tuple[Claim, ...] = (
                                                                            ("min_entropy", "nats"))),
                      _lm2("muon per head − muon whole, validation bits per byte, sweep seeds, each at its "
                           "best muon lr", "muon", "muon", phase="sweep", metric="val_bpb", seeds=LM2_SWEEP_SEEDS,
-                          chosen_on=(), select_a=_sel(per_head=False), select_b=_sel(per_head=True))),
+                          chosen_on=(), select_a=_sel(per_head=False), select_b=_sel(per_head=True),
+                          at_best=("muon",))),
           scale_note="a 4-layer GPT-2 of width 256 trained for 1.6M tokens on a CPU",
           declared="e077df4",
           short="language model 2, stiefel − better AdamW"),

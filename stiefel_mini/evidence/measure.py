@@ -8,13 +8,15 @@ can confirm a primary (started after its declaration, on a seed no choice was ma
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from pathlib import Path
 from typing import Callable
 
 from stiefel_mini.evidence import compare, ledger, reach, runs
-from stiefel_mini.evidence.claims import PAIRED_SETTINGS, Comparison
+from stiefel_mini.evidence.claims import FAMILY_ARMS, PAIRED_SETTINGS, Comparison
+from stiefel_mini.experiments.lm_round2 import ROUND2, plan2, point_key
 
-__all__ = ["pooled", "compute", "confirming"]
+__all__ = ["pooled", "family_arms", "compute", "confirming"]
 
 
 def pooled(files: tuple[str, ...], root: Path | None, keep: Callable[[dict], bool] | None = None
@@ -44,6 +46,18 @@ def pooled(files: tuple[str, ...], root: Path | None, keep: Callable[[dict], boo
     return out, present
 
 
+def family_arms(comp: Comparison, root: Path | None = None) -> dict[str, str]:
+    """``{family name: arm}`` for each side of ``comp`` named by a family (:data:`claims.FAMILY_ARMS`):
+    the arm :func:`stiefel_mini.experiments.lm_round2.better_arm` picks from every sweep run of the
+    files (the declared rule, whatever runs a confirmation keeps); a family not yet decided keeps its
+    name, which no run has, so its side is empty."""
+    names = {x for x in (comp.a, comp.b) if x in FAMILY_ARMS}
+    if not names:
+        return {}
+    better = plan2(ROUND2, pooled(comp.files, root)[0]).better
+    return {n: better.get(FAMILY_ARMS[n], n) for n in names}
+
+
 def _value(comp: Comparison):
     if comp.metric.startswith("metrics."):
         key = comp.metric.split(".", 1)[1]
@@ -53,10 +67,24 @@ def _value(comp: Comparison):
     return lambda r: None if raw(r) is None else comp.scale * raw(r)
 
 
+def _round2_best(mine: list[dict]) -> dict[int, dict]:
+    """One arm's round-2 runs at their best setting (every field but the seed): the lowest mean
+    validation bits per byte over its seeds, a diverged run ``+inf``, as the plan scores its grids."""
+    settings: dict[tuple, list[dict]] = {}
+    for r in mine:
+        key = point_key(r)
+        settings.setdefault(key[:1] + key[2:], []).append(r)
+    score = lambda rs: sum(math.inf if r["val_bpb"] is None else r["val_bpb"] for r in rs) / len(rs)  # noqa: E731
+    return runs.by_seed(min(settings.values(), key=score)) if settings else {}
+
+
 def _side(pool: list[dict], comp: Comparison, arm: str, extra: tuple) -> dict[int, dict]:
     chosen = [r for r in pool if all(r.get(k) == v for k, v in comp.select + extra)]
     if arm in comp.at_best:
-        return runs.at_best_lr([r for r in chosen if r["arm"] == arm], arm)[1]
+        mine = [r for r in chosen if r["arm"] == arm]
+        if any("per_head" in r for r in mine):  # a round-2 run: its settings are lm_round2.FIELDS
+            return _round2_best(mine)
+        return runs.at_best_lr(mine, arm)[1]
     return runs.by_seed(chosen, arm=arm)
 
 
@@ -65,16 +93,19 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
     """The row of a declared comparison (:func:`stiefel_mini.evidence.compare.paired` or ``ratio``).
 
     Adds ``files`` (those present), ``two_machines`` (the paired seeds whose two runs name different
-    machines, :func:`ledger.run_machine`) and ``chosen_here`` (an arm's best lr was picked on the
-    seeds it is compared on). ``seeds`` restricts the pairing to those seeds; ``keep`` to the runs it
-    accepts (the confirmation of a primary: :func:`confirming`).
+    machines, :func:`ledger.run_machine`), ``chosen_here`` (an arm's best lr was picked on the
+    seeds it is compared on) and ``picked`` (the arm each family side stands for, :func:`family_arms`).
+    ``seeds`` restricts the pairing to those seeds; ``keep`` to the runs it accepts (the confirmation
+    of a primary: :func:`confirming`).
     """
     pool, present = pooled(comp.files, root, keep)
+    picked = family_arms(comp, root)
+    arm_a, arm_b = picked.get(comp.a, comp.a), picked.get(comp.b, comp.b)
     if comp.seeds:
         pool = [r for r in pool if r["seed"] in comp.seeds]
     if comp.of_gap is None:
-        a = _side(pool, comp, comp.a, comp.select_a)
-        b = _side(pool, comp, comp.b, comp.select_b)
+        a = _side(pool, comp, arm_a, comp.select_a)
+        b = _side(pool, comp, arm_b, comp.select_b)
         if comp.reach:  # the speedrun measure: b's tokens to a's final loss against a's budget
             a, b = reach.sides(a, b, comp.metric)
         value = _value(comp)
@@ -97,7 +128,7 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
     two = [] if comp.of_gap is not None else sorted(
         s for s in row["seeds"] if a[s]["_machine"] and b[s]["_machine"] and a[s]["_machine"] != b[s]["_machine"])
     row.update(files=present, declared_files=list(comp.files), ratio=comp.ratio, arm=comp.b, baseline=comp.a,
-               two_machines=two, chosen_here=bool(comp.at_best))
+               two_machines=two, chosen_here=bool(comp.at_best), picked=picked)
     return row
 
 
