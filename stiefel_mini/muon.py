@@ -24,7 +24,7 @@ from .manifold_muon import manifold_muon_update, polar_gram
 __all__ = ["StiefelMuon", "muon_update", "zeropower_via_newtonschulz", "mark_adamw_params", "ROLES"]
 
 ROLES = ("frame", "muon", "adamw")
-"""What trains a parameter: manifold Muon (``"frame"``), Muon (``"muon"``) or AdamW (``"adamw"``)."""
+"""The roles, each trained by its own rule (``"frame"`` by manifold Muon, ``"muon"`` by Muon, ``"adamw"`` by AdamW)."""
 
 _ROLE = "_stiefel_role"  # the mark mark_adamw_params sets on a tensor
 _ADJUST = (None, "original", "match_rms_adamw", "spectral_unclamped")
