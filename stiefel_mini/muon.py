@@ -133,10 +133,13 @@ class StiefelMuon(torch.optim.Optimizer):
 
     Each group given is split into one group per role it holds, each with its own ``lr`` (the
     role's: ``frame_lr``, ``lr``, ``adamw_lr``) and a ``role`` key, so LR schedulers scale every
-    role; ``StiefelMuon(model.parameters())`` on a model that ``convert_attention`` converted (or
-    that :func:`mark_adamw_params` marked) gives each parameter the right role. A gradient that is
-    not finite raises ``ValueError`` naming the parameter before anything changes (the same rule
-    for every role), on every rank of a device mesh.
+    role (one that cycles momentum, ``OneCycleLR`` or ``CyclicLR``, cycles ``betas[0]``, AdamW's, as
+    on ``torch.optim.AdamW``, and leaves Muon's ``momentum`` fixed). ``StiefelMuon(model.parameters())``
+    on a model that ``convert_attention`` converted (or that :func:`mark_adamw_params` marked) gives
+    each parameter the right role. A gradient that is not finite raises ``ValueError`` naming the
+    parameter before anything changes (the same rule for every role), on every rank of a device
+    mesh; a tensor its role cannot step (a vector given ``role="muon"``, a weight that ``heads`` does
+    not split evenly) raises ``ValueError`` when its group is added, and no group of that call is added.
 
     Args:
         params: parameters or groups; a group may set any option below.
@@ -180,15 +183,17 @@ class StiefelMuon(torch.optim.Optimizer):
         merged = {**self.defaults, **param_group}
         _check_options(merged)
         by_role: dict[str, list] = defaultdict(list)
-        for p in params:
+        for p in params:  # every tensor is checked before any group is added
             t = p[1] if isinstance(p, tuple) else p
-            by_role[_role_of(t, merged)].append(p)
+            role = _role_of(t, merged)
+            if role == "frame":
+                check_frame_tensor(t)
+            elif role == "muon":
+                _check_muon_tensor(t, merged)
+            by_role[role].append(p)
         for r in ROLES:
             if not by_role.get(r):
                 continue
-            if r == "frame":
-                for p in by_role[r]:
-                    check_frame_tensor(p[1] if isinstance(p, tuple) else p)
             lr = {"frame": merged["frame_lr"] if merged["frame_lr"] is not None else merged["lr"],
                   "muon": merged["lr"], "adamw": merged["adamw_lr"]}[r]
             super().add_param_group({**param_group, "params": by_role[r], "role": r, "lr": lr})
@@ -309,6 +314,22 @@ def _role_of(p: Tensor, group: dict[str, Any]) -> str:
     return getattr(p, _ROLE, None) or ("muon" if p.dim() >= 2 else "adamw")
 
 
+def _check_muon_tensor(p: Tensor, group: dict[str, Any]) -> None:
+    """``ValueError`` for a tensor Muon cannot step: fewer than 2 dimensions, or a head split
+    (``heads``, ``fused``, ``in_out``) that does not cut it into equal blocks; checked when the group is added."""
+    if p.dim() < 2:
+        raise ValueError(f"StiefelMuon: role='muon' needs a matrix, got a tensor of shape {tuple(p.shape)}; "
+                         "give vectors and scalars role='adamw' (or leave role unset)")
+    if group["heads"] is not None:
+        blocks = group["fused"] * group["heads"]
+        f_out = p.shape[-1] if group["in_out"] else p.shape[0]
+        if p.dim() != 2 or f_out % blocks:
+            raise ValueError(f"StiefelMuon: heads={group['heads']}, fused={group['fused']} splits the output "
+                             f"dimension of a 2-D weight into {blocks} equal blocks; this group holds a weight of "
+                             f"shape {tuple(p.shape)} (in_out={group['in_out']}). Put the Q/K/V projections in a "
+                             "group of their own with heads set, and the other matrices in one without")
+
+
 def _check_options(g: dict[str, Any]) -> None:
     """``ValueError`` for an option no role can use, naming it and what it takes."""
     def bad(name, want):
@@ -316,10 +337,11 @@ def _check_options(g: dict[str, Any]) -> None:
     for name in ("lr", "adamw_lr", "weight_decay"):
         if not (isinstance(g[name], (int, float)) and g[name] >= 0):
             bad(name, "it must be a number >= 0")
-    if g["frame_lr"] is not None and not g["frame_lr"] >= 0:
-        bad("frame_lr", "it must be >= 0 (or None: lr)")
-    if g["adamw_weight_decay"] is not None and not g["adamw_weight_decay"] >= 0:
-        bad("adamw_weight_decay", "it must be >= 0 (or None: weight_decay)")
+    for name, other in (("frame_lr", "lr"), ("adamw_weight_decay", "weight_decay")):
+        if g[name] is not None and not (isinstance(g[name], (int, float)) and g[name] >= 0):
+            bad(name, f"it must be a number >= 0 (or None: {other})")
+    if not (isinstance(g["eps"], (int, float)) and g["eps"] >= 0):
+        bad("eps", "AdamW's epsilon, a number >= 0")
     if not 0 <= g["momentum"] < 1:
         bad("momentum", "it must be in [0, 1)")
     if not all(0 <= b < 1 for b in g["betas"]) or len(g["betas"]) != 2:

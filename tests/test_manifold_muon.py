@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from stiefel_mini.manifold_muon import manifold_muon_update, polar_gram
+from stiefel_mini.manifold_muon import RIDGE, manifold_muon_update, polar_gram
 
 pytestmark = pytest.mark.quick
 
@@ -58,10 +58,19 @@ def test_sphere_closed_form():
 
 def test_orthogonal_group_closed_form():
     W = _frames(4, 6, 6, seed=1)
-    G = torch.randn(4, 6, 6, dtype=torch.float64)
+    G = torch.randn(4, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     A, _, _ = manifold_muon_update(W, G, 0.2)
     B = W.mT @ G
-    torch.testing.assert_close(A, -0.2 * W @ _msign(0.5 * (B - B.mT)), rtol=1e-4, atol=1e-4)
+    S = 0.5 * (B - B.mT)
+    # The ridge turns a singular value sigma of S / s into sigma / sqrt(sigma^2 + RIDGE): exactly that,
+    # whatever the draw (s^2 = ||S||_F^2 / p, the mean squared singular value).
+    Sn = S / (S.square().sum((-2, -1), keepdim=True) / 6).sqrt()
+    e, V = torch.linalg.eigh(Sn.mT @ Sn + RIDGE * torch.eye(6, dtype=torch.float64))
+    torch.testing.assert_close(A, -0.2 * W @ Sn @ (V * e.rsqrt().unsqueeze(-2)) @ V.mT, rtol=1e-9, atol=1e-9)
+    # and the closed form -lr W msign(skew(W^T G)) where no singular value is near the ridge's scale (a
+    # random draw can have one: 1 in 4 draws of this shape had one below 0.01 and missed 1e-4)
+    assert torch.linalg.svdvals(S).min() > 0.1
+    torch.testing.assert_close(A, -0.2 * W @ _msign(S), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("n, p", [(7, 3), (10, 4), (12, 2)])
