@@ -60,7 +60,7 @@ _ATTENTION_NAME = re.compile(r"att(n|ention)", re.IGNORECASE)
 ROUTE = ("convert such a layer by hand: proj, _ = FrameProjection.from_weight(lin.weight, lin.bias, "
          "{'q': H, 'k': H}, head_dim) for a fused Q|K|V Linear whose rows are Q|K|V with heads contiguous "
          "(or {'q': H} for a query Linear), then setattr(module, child_name, proj); "
-         "see help(stiefel_mini.FrameProjection.from_weight)")
+         "see help(stiefel_mini.projection.FrameProjection.from_weight)")
 
 SUPPORTED = (
     "torch nn.MultiheadAttention; timm Attention (fused qkv nn.Linear, rows Q|K|V); Hugging Face "

@@ -204,6 +204,11 @@ def param_groups(
     ``max_step``, so raising it (or a scheduler's peak lr) past the cap leaves the frames' steps
     unchanged.
 
+    A scheduler that sets every group's lr from one number (``OneCycleLR(opt, max_lr=1e-3)``,
+    ``CyclicLR`` with scalar bounds) gives the frames that AdamW lr too; pass one value per group
+    instead, e.g. ``max_lr=[0.01 if g["name"] == "frames" else 1e-3 for g in opt.param_groups]``
+    (multiplicative schedulers such as ``CosineAnnealingLR`` keep each group's own lr).
+
     Frames are found by ``frames()`` (:func:`frame_parameters`) or by their mark (:func:`is_frame`).
     ``StiefelAdam`` would treat a marked frame as a frame in any group; this function gives the
     frames their own group so that they get their own options. Handed to ``torch.optim.AdamW``,

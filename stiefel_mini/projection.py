@@ -302,6 +302,15 @@ class FrameProjection(FrameHolder):
         becomes its polar factor (:func:`stiefel_mini.geometry.project`, in at least float32), and with
         ``logit_scale="learned"`` its scale starts at that block's mean singular value. Everything else
         is copied. Returns the module and, per segment, a :class:`SegmentInfo`.
+
+        This is also the route for an attention layer that
+        :func:`~stiefel_mini.convert.convert_attention` cannot read, e.g. home-built code with one
+        fused ``qkv = nn.Linear(d, 3 d)`` whose rows are Q | K | V, heads contiguous in each::
+
+            proj, info = FrameProjection.from_weight(attn.qkv.weight, attn.qkv.bias, {"q": H, "k": H}, d // H)
+            attn.qkv = proj  # V stays an ordinary weight; param_groups and StiefelAdam find the frames
+
+        (a layout with Q, K and V interleaved per head must be reordered first).
         """
         w_io = weight if transposed else weight.T  # (in, out)
         d_in, d_out = w_io.shape
