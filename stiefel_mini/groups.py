@@ -71,7 +71,7 @@ class FrameHolder(nn.Module):
     ``__setstate__``) and ``.to()``, ``.to_empty()`` (which may put new parameter objects in place).
 
     Frames stay frames only under a Stiefel rule (:class:`~stiefel_mini.optim.StiefelAdam`,
-    :class:`~stiefel_mini.muon.StiefelMuon`); ``torch.optim.AdamW`` (the Hugging Face Trainer's
+    ``StiefelMuon``); ``torch.optim.AdamW`` (the Hugging Face Trainer's
     default) or a hand-written update moves them off the manifold while the model keeps running.
     So the module checks them (:meth:`check_frames`) at its first training-mode forward and every
     :data:`CHECK_EVERY`-th after it, and warns once when one has left. The check is skipped under

@@ -164,7 +164,7 @@ class StiefelAdam(torch.optim.Optimizer):
     a module built with ``stiefel=False`` has no frames. Every other parameter is updated exactly
     as ``torch.optim.AdamW`` would with the same hyperparameters, so one optimizer trains a whole
     model. A non-finite gradient raises ``ValueError`` before anything changes, frame or not (the
-    rule of :class:`~stiefel_mini.muon.StiefelMuon`; ``torch.amp.GradScaler`` skips such steps first).
+    rule of ``StiefelMuon``; ``torch.amp.GradScaler`` skips such steps first).
 
     For a frame ``W_t`` (written tall, ``n x p``) with Euclidean gradient ``G_t`` at step ``t``, the
     update is :func:`stiefel_adam_frame_update` (which states it line by line):
