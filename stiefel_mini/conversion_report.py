@@ -60,11 +60,19 @@ class ConvertedLayer:
 
 @dataclass
 class ConversionReport:
-    """What :func:`~stiefel_mini.convert.convert_attention` changed; ``print(report)`` shows it as a table."""
+    """What :func:`~stiefel_mini.convert.convert_attention` changed; ``print(report)`` shows it as a table.
+
+    ``stiefel``: the option the layers were converted with; ``layers``: one :class:`ConvertedLayer`
+    per converted layer (its name, kind, sizes, the polar distances ``||W - polar(W)||_F / ||W||_F``
+    of its Q and K weights and its logit-scale factor ``1 / qk_gain``); ``notes``: what else it did
+    or left alone (QK-norm, shared modules, attention it cannot read and how to convert that by
+    hand); ``kept``: layers converted before, with the same options, left as they were.
+    """
 
     stiefel: bool
     layers: list[ConvertedLayer] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    kept: int = 0
 
     @property
     def num_frames(self) -> int:
@@ -89,6 +97,9 @@ class ConversionReport:
                     f"{layer.num_heads:>2}  {kv:>2}  {shape:<16}  {layer.q_polar_distance:>16.3f}  "
                     f"{layer.k_polar_distance:>16.3f}  {layer.logit_note(self.stiefel)}"
                 )
+        elif self.kept:
+            lines.append(f"  all {self.kept} attention layer(s) were converted before with these options: "
+                         "nothing changed")
         else:
             lines.append("  no supported attention layer found: nothing changed")
         lines += [f"  note: {note}" for note in self.notes]

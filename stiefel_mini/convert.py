@@ -15,7 +15,19 @@ Recognised layouts, besides ``nn.MultiheadAttention``:
 * BERT-style self-attention: separate ``query``, ``key``, ``value`` ``nn.Linear`` s;
 * Llama-family and ViT attention: separate ``q_proj``, ``k_proj`` ``nn.Linear`` s, with fewer key heads
   than query heads allowed (grouped-query attention); rotary embeddings are applied by the model
-  after the projection, a rotation of each head's coordinates, so they leave a frame a frame.
+  after the projection, a rotation of each head's coordinates, so they leave a frame a frame;
+* home-built attention (any other module, nanoGPT- or Llama-style code): a pair of ``nn.Linear``
+  children named as in :data:`HOME_BUILT_PAIRS` (``q_proj``/``k_proj``, ``query``/``key``,
+  ``q``/``k``, ``wq``/``wk``, ``to_q``/``to_k``), whose outputs the module's forward splits into
+  heads with ``view(B, T, heads, head_dim)`` (heads contiguous), and a head count in one of
+  :data:`HEAD_COUNT_NAMES` or given as ``convert_attention(model, num_heads=H)``; key heads (grouped-query
+  attention) are ``k.out_features // head_dim``.
+
+A module whose class name says attention but whose Q/K projection is none of these (a fused Q|K|V
+``nn.Linear`` of home-built code, whose row order the module does not reveal) is left as it is,
+and the report and a ``UserWarning`` name it with the route: build a
+:class:`~stiefel_mini.projection.FrameProjection` with
+:meth:`~stiefel_mini.projection.FrameProjection.from_weight` and put it in place of the projection.
 
 Only the projection modules are replaced, so the model's own forward (SDPA, masks, the KV cache,
 rotary embeddings, QK-norm, dropout) runs as before. timm and transformers are not imported here:
@@ -24,21 +36,40 @@ layers are recognised by their class's module and their attributes.
 
 from __future__ import annotations
 
+import re
+import warnings
+
 from torch import nn
 
 from .attention import LOGIT_SCALES
 from .conversion_report import ConversionReport, ConvertedLayer
 from .muon import mark_adamw_params
 from .mha import StiefelMultiheadAttention
+from .groups import FrameHolder
 from .projection import FrameProjection, mean_gain
 
-__all__ = ["convert_attention", "SUPPORTED", "convert_adapted", "find_adapted"]
+__all__ = ["convert_attention", "SUPPORTED", "convert_adapted", "find_adapted", "unread_attention",
+           "HOME_BUILT_PAIRS", "HEAD_COUNT_NAMES", "ROUTE"]
+
+HOME_BUILT_PAIRS = {"q_proj": "k_proj", "query": "key", "q": "k", "wq": "wk", "to_q": "to_k"}
+"""The query -> key ``nn.Linear`` child names recognised in home-built attention modules."""
+HEAD_COUNT_NAMES = ("num_heads", "n_head", "n_heads", "num_attention_heads", "nhead")
+"""Attribute names read as a home-built attention module's (query) head count."""
+_KV_COUNT_NAMES = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "n_kv_head")
+_ATTENTION_NAME = re.compile(r"att(n|ention)", re.IGNORECASE)
+ROUTE = ("convert such a layer by hand: proj, _ = FrameProjection.from_weight(lin.weight, lin.bias, "
+         "{'q': H, 'k': H}, head_dim) for a fused Q|K|V Linear whose rows are Q|K|V with heads contiguous "
+         "(or {'q': H} for a query Linear), then setattr(module, child_name, proj); "
+         "see help(stiefel_mini.projection.FrameProjection.from_weight)")
 
 SUPPORTED = (
     "torch nn.MultiheadAttention; timm Attention (fused qkv nn.Linear, rows Q|K|V); Hugging Face "
     "GPT-2 attention (Conv1D c_attn, columns Q|K|V); BERT-style self-attention (query/key/value "
-    "nn.Linear); Llama-family and ViT attention (q_proj/k_proj nn.Linear, grouped-query allowed), "
-    "each with heads that divide the projection and keys computed from inputs of the queries' size"
+    "nn.Linear); Llama-family and ViT attention (q_proj/k_proj nn.Linear, grouped-query allowed); "
+    "home-built attention with separate q/k nn.Linear children (q_proj/k_proj, query/key, q/k, wq/wk, "
+    "to_q/to_k) and a head count (num_heads, n_head, n_heads, num_attention_heads, nhead, or "
+    "convert_attention(model, num_heads=H)); each with heads that divide the projection and keys "
+    "computed from inputs of the queries' size"
 )
 
 
@@ -51,13 +82,19 @@ def _unsupported(name: str, module: nn.Module, why: str) -> ValueError:
 
 
 def _layout(name: str, module: nn.Module) -> str | None:
-    """``"timm"``, ``"gpt2"``, ``"q_proj"`` or ``"query"`` for a recognised attention layer, ``None``
+    """``"timm"``, ``"gpt2"``, ``"q_proj"``, ``"query"`` or ``"home:<query child>"`` for a recognised
+    attention layer, ``None``
     for any other module (a layer converted before included: its projection is no ``nn.Linear`` or
     ``Conv1D`` any more); raises ``ValueError`` for a timm or transformers attention layer whose
     layout is not supported."""
     cls = type(module)
     origin = cls.__module__.split(".")[0]
     if origin not in ("timm", "transformers"):
+        if isinstance(module, (FrameHolder, nn.MultiheadAttention)):
+            return None
+        for q, k in HOME_BUILT_PAIRS.items():
+            if isinstance(getattr(module, q, None), nn.Linear) and isinstance(getattr(module, k, None), nn.Linear):
+                return f"home:{q}"
         return None
     if isinstance(getattr(module, "query_key_value", None), nn.Module):
         raise _unsupported(name, module, "has a fused query_key_value projection with Q, K and V "
@@ -124,25 +161,51 @@ def _fused(name: str, module: nn.Module, layout: str, opts: dict) -> tuple[Conve
     H, hd = module.num_heads, module.head_dim
     if width != 3 * _heads(name, module, width // 3, hd, H, d_in) * hd:
         raise _unsupported(name, module, f"has a fused projection of {width} outputs, not 3 x {H} heads x {hd}")
-    new, info = FrameProjection.from_weight(proj.weight, proj.bias, {"q": H, "k": H}, hd,
-                                            transposed=transposed, **opts)
+    new, info = FrameProjection.from_weight(proj.weight, proj.bias, {"q": H, "k": H}, hd, transposed=transposed,
+                                            stiefel=opts["stiefel"], logit_scale=opts["logit_scale"])
     layer = ConvertedLayer(name, d_in, H, (d_in, hd), info["q"].polar_distance, info["k"].polar_distance,
                            kind=f"{type(module).__name__} ({child})", kv_heads=H,
                            qk_gain=mean_gain(info["q"], info["k"]), logit_scale=opts["logit_scale"])
     return layer, [(module, child, new.train(proj.training))]
 
 
+def _home_heads(name: str, module: nn.Module, q_lin: nn.Linear, given: int | None) -> tuple[int, int, int | None]:
+    """``(heads, head_dim, key heads or None)`` of a home-built layer, from its attributes or ``given``."""
+    found = [getattr(module, n) for n in HEAD_COUNT_NAMES if isinstance(getattr(module, n, None), int)]
+    declared = found[0] if found else given
+    if declared is None:
+        raise _unsupported(name, module, f"has query/key Linears but no head count (none of {HEAD_COUNT_NAMES}); "
+                           "pass it as convert_attention(model, num_heads=H)")
+    if given is not None and given != declared:
+        raise _unsupported(name, module, f"declares {declared} heads, but num_heads={given} was given")
+    kv = [getattr(module, n) for n in _KV_COUNT_NAMES if isinstance(getattr(module, n, None), int)]
+    hd = getattr(module, "head_dim", None)
+    if not isinstance(hd, int) or hd <= 0:
+        hd = q_lin.out_features // declared
+        if hd * declared != q_lin.out_features:
+            raise _unsupported(name, module, f"has num_heads={declared} that do not divide its query projection "
+                               f"of {q_lin.out_features} features")
+    return declared, hd, kv[0] if kv else None
+
+
 def _separate(name: str, module: nn.Module, layout: str, opts: dict) -> tuple[ConvertedLayer, list[Swap]]:
-    """Separate Q and K Linears (BERT ``query``/``key``, Llama/ViT ``q_proj``/``k_proj``)."""
-    q_name, k_name = ("q_proj", "k_proj") if layout == "q_proj" else ("query", "key")
+    """Separate Q and K Linears (BERT ``query``/``key``, Llama/ViT ``q_proj``/``k_proj``, home-built)."""
+    home = layout.startswith("home:")
+    q_name = layout.removeprefix("home:")
+    k_name = HOME_BUILT_PAIRS[q_name]
     q_lin, k_lin = getattr(module, q_name), getattr(module, k_name)
-    hd = getattr(module, "head_dim", None) or getattr(module, "attention_head_size", None)
-    # Llama-family layers keep their head counts in their config only. A projection wider than the
-    # declared heads (e.g. queries and gates interleaved in one q_proj) is refused by _heads.
-    config = getattr(module, "config", None)
-    declared = (getattr(module, "num_heads", None) or getattr(module, "num_attention_heads", None)
-                or getattr(config, "num_attention_heads", None))
-    declared_kv = getattr(config, "num_key_value_heads", None) if layout == "q_proj" else None
+    if home:
+        declared, hd, declared_kv = _home_heads(name, module, q_lin, opts["num_heads"])
+    else:
+        hd = getattr(module, "head_dim", None) or getattr(module, "attention_head_size", None)
+        # Llama-family layers keep their head counts in their config only. A projection wider than the
+        # declared heads (e.g. queries and gates interleaved in one q_proj) is refused by _heads.
+        config = getattr(module, "config", None)
+        declared = (getattr(module, "num_heads", None) or getattr(module, "num_attention_heads", None)
+                    or getattr(config, "num_attention_heads", None))
+        declared_kv = getattr(config, "num_key_value_heads", None) if layout == "q_proj" else None
+        if declared_kv is None and layout == "query":
+            declared_kv = declared
     if hd is None:
         raise _unsupported(name, module, "has no head_dim or attention_head_size attribute")
     d_in = q_lin.in_features
@@ -150,13 +213,13 @@ def _separate(name: str, module: nn.Module, layout: str, opts: dict) -> tuple[Co
         raise _unsupported(name, module, f"is cross-attention with keys of size {k_lin.in_features} and "
                            f"queries of size {d_in}")
     H = _heads(name, module, q_lin.out_features, hd, declared, d_in)
-    H_kv = _heads(name, module, k_lin.out_features, hd, declared_kv or (declared if layout == "query" else None),
-                  d_in)
+    H_kv = _heads(name, module, k_lin.out_features, hd, declared_kv, d_in)
     if H % H_kv:
         raise _unsupported(name, module, f"has {H} query heads, not a multiple of its {H_kv} key heads")
     infos, swaps = {}, []
+    options = {k: v for k, v in opts.items() if k != "num_heads"}
     for child, lin, seg, h in ((q_name, q_lin, "q", H), (k_name, k_lin, "k", H_kv)):
-        new, info = FrameProjection.from_weight(lin.weight, lin.bias, {seg: h}, hd, **opts)
+        new, info = FrameProjection.from_weight(lin.weight, lin.bias, {seg: h}, hd, **options)
         swaps.append((module, child, new.train(lin.training)))
         infos[seg] = info[seg]
     layer = ConvertedLayer(name, d_in, H, (d_in, hd), infos["q"].polar_distance, infos["k"].polar_distance,
@@ -171,14 +234,47 @@ def _qk_norm(module: nn.Module) -> bool:
     return any(isinstance(m, nn.Module) and not isinstance(m, nn.Identity) for m in norms)
 
 
-def convert_adapted(model: nn.Module, *, stiefel: bool, logit_scale: str) -> tuple[list[ConvertedLayer], list[str]]:
-    """Swap the Q/K projections of every recognised timm / transformers attention layer of ``model``
-    for :class:`~stiefel_mini.projection.FrameProjection` modules, in place; returns the converted layers and notes for the report.
+def unread_attention(model: nn.Module) -> list[str]:
+    """``"name (module.Class)"`` of every module of ``model`` that looks like attention (its class
+    name says so and it has ``nn.Linear`` / ``Conv1D`` children) but that :func:`convert_attention`
+    neither converts nor has converted."""
+    read = {id(module) for _, module, _ in find_adapted(model)}
+    found = []
+    for name, module in model.named_modules():
+        children = list(module.children())
+        if (id(module) in read or isinstance(module, (FrameHolder, nn.MultiheadAttention))
+                or not _ATTENTION_NAME.search(type(module).__name__)
+                or any(isinstance(c, (FrameProjection, StiefelMultiheadAttention)) for c in children)):
+            continue
+        if any(isinstance(c, nn.Linear) or type(c).__name__ == "Conv1D" for c in children):
+            cls = type(module)
+            found.append(f"{name or 'model'} ({cls.__module__}.{cls.__qualname__})")
+    return found
+
+
+def _converted_before(model: nn.Module) -> dict[tuple[bool, str], int]:
+    """``{(stiefel, logit_scale): how many}`` of the layers an earlier :func:`convert_attention` made."""
+    counts: dict[tuple[bool, str], int] = {}
+    for module in model.modules():
+        made = module if isinstance(module, StiefelMultiheadAttention) else next(
+            (c for c in module.children() if isinstance(c, FrameProjection)), None)
+        if made is not None:  # a StiefelMultiheadAttention, or an attention layer holding FrameProjections
+            key = (made.stiefel, made.logit_scale)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def convert_adapted(model: nn.Module, *, stiefel: bool, logit_scale: str,
+                    num_heads: int | None = None) -> tuple[list[ConvertedLayer], list[str]]:
+    """Swap the Q/K projections of every recognised timm / transformers / home-built attention layer of
+    ``model`` for :class:`~stiefel_mini.projection.FrameProjection` modules, in place; returns the
+    converted layers and notes for the report (``num_heads``: the head count of home-built layers that
+    declare none).
 
     Every layer is checked and its replacements built before any is swapped in, so an unsupported
     layer raises ``ValueError`` and leaves ``model`` untouched.
     """
-    opts = {"stiefel": stiefel, "logit_scale": logit_scale}
+    opts = {"stiefel": stiefel, "logit_scale": logit_scale, "num_heads": num_heads}
     layers, swaps, normed = [], [], 0
     for name, module, layout in find_adapted(model):
         layer, new = (_fused if layout in ("timm", "gpt2") else _separate)(name, module, layout, opts)
@@ -195,18 +291,25 @@ def convert_adapted(model: nn.Module, *, stiefel: bool, logit_scale: str) -> tup
 
 
 def convert_attention(
-    model: nn.Module, *, stiefel: bool = True, logit_scale: str = "fixed"
+    model: nn.Module, *, stiefel: bool = True, logit_scale: str = "fixed", num_heads: int | None = None
 ) -> ConversionReport:
     """Give every attention layer of ``model`` Stiefel query/key frames, in place.
 
     * ``nn.MultiheadAttention`` is swapped for a :class:`~stiefel_mini.mha.StiefelMultiheadAttention`;
-    * timm ``Attention``, Hugging Face GPT-2, BERT-style, ViT and Llama-family attention keep their
-      module and forward; only their Q/K projection (a fused ``qkv`` Linear, GPT-2's ``Conv1D``, or the
-      ``q_proj``/``k_proj`` or ``query``/``key`` Linears) is replaced by a
+    * timm ``Attention``, Hugging Face GPT-2, BERT-style, ViT and Llama-family attention, and
+      home-built attention with separate query/key ``nn.Linear`` children, keep their module and
+      forward; only their Q/K projection (a fused ``qkv`` Linear whose rows are Q|K|V, GPT-2's
+      ``Conv1D`` whose columns are Q|K|V, or the ``q_proj``/``k_proj``, ``query``/``key``, ``q``/``k``,
+      ``wq``/``wk``, ``to_q``/``to_k`` Linears) is replaced by a
       :class:`stiefel_mini.projection.FrameProjection` whose per-head frames ``(heads, d_model,
-      d_head)`` :func:`stiefel_mini.groups.param_groups` finds (layouts: above).
+      d_head)`` :func:`stiefel_mini.groups.param_groups` finds. Heads are contiguous blocks of
+      ``d_head`` outputs (the model reshapes to ``(B, T, heads, d_head)``); a home-built layer's head
+      count is its ``num_heads``, ``n_head``, ``n_heads``, ``num_attention_heads`` or ``nhead``
+      attribute, else ``num_heads``; its key heads are ``k.out_features // d_head``.
 
-    Q/K weights are mapped per head onto the manifold with the polar map (their closest frames); V,
+    Q/K weights are mapped per head onto the manifold with the polar map
+    ``W_h -> W_h (W_h^T W_h)^{-1/2}`` (for each head's ``(d_model, d_head)`` block ``W_h``: its
+    closest frame in Frobenius norm); V,
     output projections, biases, norms, dropout, device, dtype and train/eval mode are kept. With
     ``stiefel=False`` the weights are copied exactly and the model computes what it computed before.
     ``logit_scale="learned"`` gives each head a learned scale started at the logit scale the polar
@@ -217,13 +320,22 @@ def convert_attention(
     shared. ``nn.TransformerEncoder`` modules holding converted layers get
     ``use_nested_tensor = False``: their nested-tensor inference path reads ``in_proj_weight``. A
     Hugging Face model's config records the options (``config.stiefel_attention``), so that
-    :func:`stiefel_mini.hf.from_pretrained_converted` can rebuild it from ``save_pretrained``.
+    :func:`stiefel_mini.hf.from_pretrained_converted` can rebuild it from ``save_pretrained`` (the
+    plain ``from_pretrained`` loads it too, as an unconverted model with the trained weights).
+
+    A module whose class name says attention but whose layout it cannot read (a home-built fused
+    Q|K|V Linear, T5's or DistilBERT's attention) is left as it is; the report and a ``UserWarning``
+    name it and the route: ``FrameProjection.from_weight`` (see its docstring) and ``setattr``.
+    Calling it again on a converted model converts what is not converted yet; a model converted
+    before with other options raises ``ValueError`` naming them (convert a fresh model instead).
 
     Args:
         model: any module; it must not itself be an ``nn.MultiheadAttention`` (use
             :meth:`~stiefel_mini.mha.StiefelMultiheadAttention.from_torch` for that).
         stiefel: make the new Q/K projections frames.
-        logit_scale: ``"fixed"`` or ``"learned"`` (see :meth:`~stiefel_mini.mha.StiefelMultiheadAttention.load_from_torch`).
+        logit_scale: ``"fixed"`` or ``"learned"`` (above).
+        num_heads: the head count of home-built layers that declare none; a layer that declares
+            another raises ``ValueError``.
 
     Returns:
         A :class:`~stiefel_mini.conversion_report.ConversionReport`; ``print`` it to see what changed.
@@ -231,8 +343,13 @@ def convert_attention(
     Raises:
         ValueError: for a timm / transformers attention layer of an unsupported layout (Q, K, V
             interleaved per head as in GPT-NeoX and Falcon, cross-attention from inputs of another
-            size, heads that do not divide the projection), naming the module, its class and what is
-            supported; then nothing is changed.
+            size, heads that do not divide the projection), for home-built query/key Linears with
+            no head count, or for a model converted before with other options, naming the module,
+            its class and what is supported; then nothing is changed.
+
+    Shapes: each frame ``(d_model, d_head)``, stacked per layer and projection as ``(heads, d_model,
+    d_head)``. Reference: Higham (1986), "Computing the polar decomposition" (the closest frame);
+    Guerrero, "Stiefel Attention" (arXiv 2609.19363).
     """
     if isinstance(model, nn.MultiheadAttention):
         raise TypeError(
@@ -241,9 +358,21 @@ def convert_attention(
         )
     if logit_scale not in LOGIT_SCALES:
         raise ValueError(f"logit_scale must be one of {list(LOGIT_SCALES)}; got {logit_scale!r}")
-    adapted, notes = convert_adapted(model, stiefel=stiefel, logit_scale=logit_scale)
+    if num_heads is not None and (not isinstance(num_heads, int) or num_heads <= 0):
+        raise ValueError(f"num_heads must be a positive int (the head count of home-built layers); got {num_heads!r}")
+    before = _converted_before(model)
+    other = {key: n for key, n in before.items() if key != (stiefel, logit_scale)}
+    if other:
+        was = "; ".join(f"{n} layer(s) with stiefel={st}, logit_scale={ls!r}" for (st, ls), n in other.items())
+        raise ValueError(
+            f"convert_attention: the model was converted before with stiefel={next(iter(other))[0]}, "
+            f"logit_scale={next(iter(other))[1]!r} ({was}), and a conversion cannot be changed in place; "
+            f"convert a freshly built (or loaded) model with stiefel={stiefel}, logit_scale={logit_scale!r}, "
+            "or call it with the options above"
+        )
+    adapted, notes = convert_adapted(model, stiefel=stiefel, logit_scale=logit_scale, num_heads=num_heads)
     mark_adamw_params(model)  # StiefelMuon trains the embeddings and the output head with AdamW
-    report = ConversionReport(stiefel=stiefel, layers=adapted, notes=notes)
+    report = ConversionReport(stiefel=stiefel, layers=adapted, notes=notes, kept=sum(before.values()))
     if adapted and hasattr(getattr(model, "config", None), "to_json_string"):
         model.config.stiefel_attention = {"stiefel": stiefel, "logit_scale": logit_scale}
     converted: dict[int, StiefelMultiheadAttention] = {}
@@ -271,5 +400,11 @@ def convert_attention(
             if any(isinstance(m, StiefelMultiheadAttention) for m in module.modules()):
                 module.use_nested_tensor = False
                 report.notes.append(f"{name or 'model'}.use_nested_tensor set to False")
+    unread = unread_attention(model)
+    if unread:
+        message = (f"not converted: {', '.join(unread)}: attention whose Q/K projection convert_attention "
+                   f"cannot read; {ROUTE}")
+        report.notes.append(message)
+        warnings.warn(f"convert_attention: {message}", UserWarning, stacklevel=2)
     return report
 

@@ -16,15 +16,32 @@ key weights, frames or not), as :class:`~stiefel_mini.attention.StiefelSelfAtten
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterator
 
+import torch
 from torch import Tensor, nn
 
-__all__ = ["param_groups", "frame_parameters", "qk_parameters", "mark_frame", "is_frame", "FrameHolder"]
+from . import _distributed as _dt
+from .geometry import orthogonality_error
+
+__all__ = ["param_groups", "frame_parameters", "qk_parameters", "mark_frame", "is_frame", "FrameHolder",
+           "CHECK_EVERY", "off_manifold_tolerance"]
 
 # The mark is an attribute of the tensor: FSDP2 rebuilds each parameter as a plain DTensor, which a
 # Parameter subclass would not survive, while its owner re-marks it on assignment (FrameHolder).
 _MARK = "_stiefel_frame"
+
+CHECK_EVERY = 100
+"""A :class:`FrameHolder` checks its frames at its first training-mode forward and every
+``CHECK_EVERY``-th after it (:meth:`FrameHolder.check_frames`); ``0`` turns the check off."""
+
+
+def off_manifold_tolerance(dtype: torch.dtype) -> float:
+    """The distance ``||W^T W - I||_F`` above which a frame of ``dtype`` counts as off the manifold:
+    ``max(1e-3, 100 eps)``, far above what rounding leaves after a Stiefel step (about ``1e-6`` in
+    float32) and far below what a few Euclidean steps do (AdamW: about 1 after 20 steps)."""
+    return max(1e-3, 100 * torch.finfo(dtype).eps)
 
 
 def mark_frame(p: Tensor) -> Tensor:
@@ -52,6 +69,13 @@ class FrameHolder(nn.Module):
     the module's frames through ``load_state_dict(assign=True)`` and FSDP2's ``fully_shard`` (both
     set parameters with ``setattr``), ``copy.deepcopy`` and pickling (which rebuild the module with
     ``__setstate__``) and ``.to()``, ``.to_empty()`` (which may put new parameter objects in place).
+
+    Frames stay frames only under a Stiefel rule (:class:`~stiefel_mini.optim.StiefelAdam`,
+    ``StiefelMuon``); ``torch.optim.AdamW`` (the Hugging Face Trainer's
+    default) or a hand-written update moves them off the manifold while the model keeps running.
+    So the module checks them (:meth:`check_frames`) at its first training-mode forward and every
+    :data:`CHECK_EVERY`-th after it, and warns once when one has left. The check is skipped under
+    ``torch.compile`` and for DTensor (sharded) frames.
     """
 
     def frame_names(self) -> tuple[str, ...]:
@@ -68,6 +92,34 @@ class FrameHolder(nn.Module):
         for p in self.frames():
             mark_frame(p)
         self.__dict__["_marks_frames"] = True
+        if not self.__dict__.get("_checks_frames"):
+            self.register_forward_pre_hook(_check_hook)
+            self.__dict__["_checks_frames"] = True
+
+    @torch.no_grad()
+    def check_frames(self) -> bool:
+        """Whether every frame is on the manifold, ``||W^T W - I||_F <= max(1e-3, 100 eps)`` per frame
+        (:func:`off_manifold_tolerance`); the first time one is not, warns (``UserWarning``) naming it.
+
+        Shapes: each frame ``(..., n, p)``; costs one ``p x p`` Gram matrix per frame.
+        """
+        for name in self.frame_names():
+            p = getattr(self, name)
+            if _dt.is_dtensor(p) or p.numel() == 0 or p.is_meta:
+                continue
+            with torch.autocast(p.device.type, enabled=False):  # the Gram matrix in float32, not bf16
+                error = float(orthogonality_error(p.detach().float()).max())
+            if error > off_manifold_tolerance(p.dtype):
+                if not self.__dict__.get("_warned_off_manifold"):
+                    self.__dict__["_warned_off_manifold"] = True
+                    warnings.warn(
+                        f"{type(self).__name__}.{name}: a frame has left the Stiefel manifold (||W^T W - I||_F = "
+                        f"{error:.3g}): it was updated by something other than a Stiefel rule (torch.optim.AdamW, "
+                        "the Hugging Face Trainer's default optimizer, or a manual update). Train frames with "
+                        "stiefel_mini.StiefelAdam or stiefel_mini.StiefelMuon (e.g. Trainer(optimizers=(opt, "
+                        "None))); stiefel_mini.geometry.project puts a frame back", UserWarning, stacklevel=3)
+                return False
+        return True
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -84,6 +136,17 @@ class FrameHolder(nn.Module):
         module = super()._apply(fn, recurse)
         self.mark_frames()
         return module
+
+
+def _check_hook(module: FrameHolder, args: Any) -> None:
+    """Forward pre-hook: :meth:`FrameHolder.check_frames` at the first training-mode forward and every
+    :data:`CHECK_EVERY`-th after it, until it has warned."""
+    if not module.training or not CHECK_EVERY or torch.compiler.is_compiling():
+        return
+    count = module.__dict__.get("_training_forwards", 0)
+    module.__dict__["_training_forwards"] = count + 1
+    if count % CHECK_EVERY == 0 and not module.__dict__.get("_warned_off_manifold"):
+        module.check_frames()
 
 
 def _collect(model: nn.Module, method: str) -> Iterator[nn.Parameter]:
@@ -140,6 +203,11 @@ def param_groups(
     frame ``lr`` above ``max_step`` (default 0.1) is cut back by the trust cap to steps of length
     ``max_step``, so raising it (or a scheduler's peak lr) past the cap leaves the frames' steps
     unchanged.
+
+    A scheduler that sets every group's lr from one number (``OneCycleLR(opt, max_lr=1e-3)``,
+    ``CyclicLR`` with scalar bounds) gives the frames that AdamW lr too; pass one value per group
+    instead, e.g. ``max_lr=[0.01 if g["name"] == "frames" else 1e-3 for g in opt.param_groups]``
+    (multiplicative schedulers such as ``CosineAnnealingLR`` keep each group's own lr).
 
     Frames are found by ``frames()`` (:func:`frame_parameters`) or by their mark (:func:`is_frame`).
     ``StiefelAdam`` would treat a marked frame as a frame in any group; this function gives the

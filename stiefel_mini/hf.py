@@ -2,8 +2,10 @@
 built, convert it the same way, then load the saved weights (frames included).
 
 A converted model's ``state_dict`` names its frames (``...q_proj.q_weight``, ``...qkv.k_weight``),
-which an unconverted model does not have, so ``from_pretrained`` alone would drop them and draw new
-Q/K weights. Hence:
+which an unconverted model does not have; beside them it keeps each replaced projection's weight
+in its own layout (``...q_proj.weight``), so the plain ``from_pretrained`` (or
+``load_state_dict(strict=False)``) builds an unconverted model that computes what the converted
+one computed. To go on training the frames, rebuild the converted model:
 
 >>> model.save_pretrained(path)   # after convert_attention(model) and training
 >>> again = from_pretrained_converted(GPT2LMHeadModel, path)

@@ -163,7 +163,8 @@ class StiefelAdam(torch.optim.Optimizer):
     :func:`~stiefel_mini.groups.param_groups` gives the frames a group, and options, of their own;
     a module built with ``stiefel=False`` has no frames. Every other parameter is updated exactly
     as ``torch.optim.AdamW`` would with the same hyperparameters, so one optimizer trains a whole
-    model.
+    model. A non-finite gradient raises ``ValueError`` before anything changes, frame or not (the
+    rule of ``StiefelMuon``; ``torch.amp.GradScaler`` skips such steps first).
 
     For a frame ``W_t`` (written tall, ``n x p``) with Euclidean gradient ``G_t`` at step ``t``, the
     update is :func:`stiefel_adam_frame_update` (which states it line by line):
@@ -332,8 +333,8 @@ class StiefelAdam(torch.optim.Optimizer):
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """Perform one optimization step. ``closure`` re-evaluates the model and returns the loss.
 
-        The frame updates are computed first and checked together (one host synchronisation per
-        step): if a frame's gradient is not finite, or its retraction refuses the step,
+        The frame updates are computed first and checked together with every gradient (one host
+        synchronisation per step): if a gradient is not finite, or a retraction refuses a step,
         ``ValueError`` names the parameter and its group, and no parameter and no state has changed.
 
         Frames that are DTensors (FSDP2) are updated on each rank's shard, whole frames only, with
@@ -348,16 +349,17 @@ class StiefelAdam(torch.optim.Optimizer):
             [p for g in self.param_groups for p in g["params"] if p.grad is not None and _is_frame(g, p)]
         )
         updates = [u for i, group in enumerate(self.param_groups) for u in self._frame_updates(i, group, mesh)]
-        ok = torch.cat([u.ok for u in updates]).all() if updates else torch.tensor(True)
-        if not _dt.all_true(ok, mesh):
-            bad = next((u for u in updates if not bool(u.ok.all())), None)
-            if bad is None:
-                raise ValueError(
-                    "StiefelAdam refused a frame's step on another rank of the device mesh (a "
-                    "non-finite gradient, or a step the retraction cannot take; that rank's error "
-                    "says which); no parameter or state was changed on any rank"
-                )
-            raise diagnose(bad)
+        live = [(i, j, p) for i, g in enumerate(self.param_groups) if not g["stiefel"]  # the AdamW parameters
+                for j, p in enumerate(g["params"]) if p.grad is not None and not (is_frame(p) or p.grad.is_sparse)]
+        finite = [_dt.local(p.grad).float().sum().isfinite() for _, _, p in live] or [torch.tensor(True)]  # 1 pass
+        ok = torch.cat([u.ok.flatten().to(finite[0].device) for u in updates] + [torch.stack(finite)]).all()
+        if not _dt.all_true(ok, mesh if mesh is not None else _dt.mesh_of([p for _, _, p in live])):
+            if (bad := next((u for u in updates if not bool(u.ok.all())), None)) is not None:
+                raise diagnose(bad)
+            i, j, p = next((x for x, f in zip(live, finite) if not bool(f)), (None, None, None))
+            where = "a parameter on another rank" if j is None else f"parameter {j} of param group {i}"
+            raise ValueError(f"StiefelAdam: the gradient of {where} is not finite (NaN or inf), or a frame step was "
+                             "refused there; no parameter or state was changed on any rank")
         for u in updates:
             u.commit()
         for group in self.param_groups:

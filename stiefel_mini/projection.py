@@ -11,23 +11,71 @@ True
 
 from __future__ import annotations
 
+import warnings
+import weakref
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import _distributed as _dt
 from .geometry import project
-from .groups import FrameHolder
+from .groups import FrameHolder, off_manifold_tolerance
 
 __all__ = ["FrameProjection", "SegmentInfo", "mean_gain"]
 
 
+def _writes(func: Any) -> bool:
+    """Whether ``func`` writes into its first argument: ``Tensor.zero_``, ``nn.init.normal_``,
+    ``__setitem__``, ``__iadd__``..."""
+    name = getattr(func, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or name == "__setitem__" or (
+        name.startswith("__i") and name.endswith("__") and name not in ("__index__", "__int__", "__invert__"))
+
+
+class _AssembledWeight(Tensor):
+    """:attr:`FrameProjection.weight`: the assembled weight, whose in-place writes (and those into any
+    view of it, ``.data`` included) are written back into the projection by
+    :meth:`FrameProjection.load_weight` right after they happen."""
+
+    _owner: "weakref.ref[FrameProjection]"
+    _root: Tensor
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = [*args, *kwargs.values()]  # nn.init functions pass their tensor by keyword
+        ours = next((a for a in inputs if isinstance(a, _AssembledWeight)), None)
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        if ours is None:
+            return out
+        owner, root = ours._owner(), ours._root
+        if _writes(func) and owner is not None and isinstance(inputs[0], _AssembledWeight):
+            owner.load_weight(root)
+            return out
+        if isinstance(out, Tensor) and not _dt.is_dtensor(out):
+            if out.untyped_storage().data_ptr() == root.untyped_storage().data_ptr():
+                return _wrap(out, owner, root)  # a view (``.data``, a slice, ``.T``): its writes land too
+            return out.as_subclass(Tensor)
+        return out
+
+
+def _wrap(t: Tensor, owner: "FrameProjection | None", root: Tensor) -> Tensor:
+    view = t.as_subclass(_AssembledWeight)
+    view._owner, view._root = weakref.ref(owner) if owner is not None else (lambda: None), root
+    return view
+
+
 class SegmentInfo:
     """What mapping one segment's weights onto the manifold did: ``polar_distance``
-    ``||W - polar(W)||_F / ||W||_F`` over all its heads, and ``gain`` ``(heads,)``, each head's mean
-    singular value (the scale the polar map removes)."""
+    ``||W - polar(W)||_F / ||W||_F`` over all its heads, ``gain`` ``(heads,)``, each head's mean
+    singular value (the scale the polar map removes), and ``spread``, the largest distance of a
+    head's singular values from 1 (or, when ``learned``, from their mean): 0 for a frame."""
 
-    def __init__(self, polar_distance: float, gain: Tensor) -> None:
-        self.polar_distance, self.gain = polar_distance, gain
+    def __init__(self, polar_distance: float, gain: Tensor, spread: float = 0.0) -> None:
+        self.polar_distance, self.gain, self.spread = polar_distance, gain, spread
 
 
 class FrameProjection(FrameHolder):
@@ -52,11 +100,20 @@ class FrameProjection(FrameHolder):
 
     :attr:`weight` is the assembled weight, a tensor in the replaced module's layout and shape
     (``(in, out)`` if ``transposed``, else ``(out, in)``), so code that reads ``.weight`` (its
-    ``shape``, ``dtype``, ``device``) keeps working; it is computed from the parameters on each read,
-    so writing into it changes nothing.
+    ``shape``, ``dtype``, ``device``) keeps working. It is computed from the parameters on each
+    read, and writes go back into them: an in-place write into it or into a view of it
+    (``nn.init.normal_(proj.weight)``, ``proj.weight.data.zero_()``, ``proj.weight[:4] = w``) and
+    ``proj.weight = w`` call :meth:`load_weight`, which puts each head's block on the manifold again
+    (with a ``UserWarning`` if it was off it) and copies the rest.
+
+    ``state_dict()`` holds the parameters and, under the key ``weight``, the assembled weight in the
+    replaced module's layout, so that a plain (unconverted) model loads the converted model's
+    weights: Hugging Face's ``from_pretrained``, or ``load_state_dict(strict=False)`` (the frames'
+    keys are then its unexpected keys). Loading into a :class:`FrameProjection` reads the
+    parameters; a ``weight`` entry that disagrees with them raises ``ValueError``.
 
     Shapes: input ``(..., in_features)``, output ``(..., out_features)``, ``out_features =
-    head_dim * sum(heads) + rest``.
+    head_dim * sum(heads) + rest``. Reference: Guerrero, "Stiefel Attention" (arXiv 2609.19363).
     """
 
     def __init__(
@@ -127,8 +184,19 @@ class FrameProjection(FrameHolder):
 
     @property
     def weight(self) -> Tensor:
-        """The assembled weight, in the replaced module's layout and shape (``(in, out)`` if
-        ``transposed``, else ``(out, in)``), computed from the frames, scales and ``rest_weight``."""
+        """The assembled weight ``[s^q_1 Q_1 | ... | s^k_1 K_1 | ... | V]``, in the replaced module's layout
+        and shape (``(in, out)`` if ``transposed``, else ``(out, in)``), computed from the frames, scales
+        and ``rest_weight``; in-place writes into it land in them (:meth:`load_weight`)."""
+        w = self._assembled()
+        if _dt.is_dtensor(w):
+            return w
+        return _wrap(w, self, w)
+
+    @weight.setter
+    def weight(self, value: Tensor) -> None:
+        self.load_weight(value)
+
+    def _assembled(self) -> Tensor:
         cols = []
         for name in self.heads:
             w = getattr(self, f"{name}_weight")  # (h, in, hd)
@@ -145,8 +213,68 @@ class FrameProjection(FrameHolder):
             return cols[0]
         return torch.cat(cols, dim=1 if self.transposed else 0)
 
+    @torch.no_grad()
+    def load_weight(self, weight: Tensor) -> None:
+        """Set the projection from a weight in the replaced module's layout (``(in, out)`` if
+        ``transposed``, else ``(out, in)``), as :meth:`from_weight` builds one: each head's block
+        ``W_h`` ``(in, head_dim)`` becomes its closest frame ``W_h (W_h^T W_h)^{-1/2}`` (and, with
+        ``logit_scale="learned"``, its scale the block's mean singular value); the other columns are
+        copied. The bias is kept.
+
+        Warns (``UserWarning``) when a block was off the manifold, that is when its singular values
+        differ from 1 (``"fixed"``) or from each other (``"learned"``) by more than
+        ``max(1e-3, 100 eps)``: the written weight is then not what the module computes with.
+        Raises ``ValueError`` (and changes nothing) for a weight of another shape, or a block of
+        rank below ``head_dim``, which has no closest frame.
+        """
+        want = (self.in_features, self.out_features) if self.transposed else (self.out_features, self.in_features)
+        if tuple(weight.shape) != want:
+            raise ValueError(f"FrameProjection.weight has shape {want}; got a weight of shape {tuple(weight.shape)}")
+        weight = weight.detach().to(self._segments()[0].dtype)
+        try:
+            new, info = FrameProjection.from_weight(weight, None, self.heads, self.head_dim,
+                                                    transposed=self.transposed, stiefel=self.stiefel,
+                                                    logit_scale=self.logit_scale)
+        except ValueError as error:
+            raise ValueError(f"FrameProjection.weight: a head's block of the weight written into it has no "
+                             f"closest frame ({error}); write a weight whose head blocks have full rank") from None
+        tol = off_manifold_tolerance(weight.dtype)
+        off = [seg for seg, i in info.items() if self.stiefel and float(i.spread) > tol]
+        if off:
+            warnings.warn(f"FrameProjection.weight: the {'/'.join(off)} heads of the weight written into it were "
+                          "off the Stiefel manifold; each head's block was replaced by its closest frame (polar "
+                          "map), so the module computes with that, not with the weight written", UserWarning,
+                          stacklevel=3)
+        for name, p in new.named_parameters():
+            if name != "bias":
+                getattr(self, name).copy_(p)
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        w = self._assembled()
+        if not _dt.is_dtensor(w):  # sharded frames: DCP checkpoints, read by a converted model only
+            destination[prefix + "weight"] = w if keep_vars else w.detach()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        key = prefix + "weight"
+        if key in unexpected_keys:
+            unexpected_keys.remove(key)
+        saved = state_dict.get(key)
+        if saved is None or _dt.is_dtensor(saved) or any(k.startswith(prefix) for k in missing_keys + unexpected_keys):
+            return  # another layout (the strict load names its keys), or a sharded checkpoint
+        with torch.no_grad():
+            ours = self._assembled().float()
+            if tuple(saved.shape) != tuple(ours.shape) or (saved.float() - ours).abs().max() > 1e-2 * ours.abs().max():
+                error_msgs.append(
+                    f"{key}: the assembled weight in the state dict disagrees with the frames "
+                    f"{prefix}q_weight/k_weight beside it (edited after saving?); a converted model loads the "
+                    "frames: edit those, or load the edited weight with load_weight")
+
     def forward(self, x: Tensor) -> Tensor:
-        w = self.weight
+        w = self._assembled()
         if not self.transposed:
             return F.linear(x, w, self.bias)
         # As Conv1D computes it (a bias is always there in GPT-2), so that stiefel=False is exact.
@@ -174,6 +302,15 @@ class FrameProjection(FrameHolder):
         becomes its polar factor (:func:`stiefel_mini.geometry.project`, in at least float32), and with
         ``logit_scale="learned"`` its scale starts at that block's mean singular value. Everything else
         is copied. Returns the module and, per segment, a :class:`SegmentInfo`.
+
+        This is also the route for an attention layer that
+        :func:`~stiefel_mini.convert.convert_attention` cannot read, e.g. home-built code with one
+        fused ``qkv = nn.Linear(d, 3 d)`` whose rows are Q | K | V, heads contiguous in each::
+
+            proj, info = FrameProjection.from_weight(attn.qkv.weight, attn.qkv.bias, {"q": H, "k": H}, d // H)
+            attn.qkv = proj  # V stays an ordinary weight; param_groups and StiefelAdam find the frames
+
+        (a layout with Q, K and V interleaved per head must be reordered first).
         """
         w_io = weight if transposed else weight.T  # (in, out)
         d_in, d_out = w_io.shape
@@ -187,10 +324,13 @@ class FrameProjection(FrameHolder):
             block = w_io[:, start:start + h * head_dim].reshape(d_in, h, head_dim).permute(1, 0, 2)  # (h, in, hd)
             start += h * head_dim
             work = block.to(torch.promote_types(block.dtype, torch.float32))
-            gain = torch.linalg.svdvals(work).mean(dim=-1)  # (h,)
+            sv = torch.linalg.svdvals(work)  # (h, hd)
+            gain = sv.mean(dim=-1)  # (h,)
+            spread = float((sv - (gain[:, None] if logit_scale == "learned" else 1.0)).abs().max())
             if stiefel:
                 polar = project(work)
-                info[name] = SegmentInfo(float(torch.linalg.norm(work - polar) / torch.linalg.norm(work)), gain)
+                info[name] = SegmentInfo(float(torch.linalg.norm(work - polar) / torch.linalg.norm(work)), gain,
+                                         spread)
                 block = polar
             else:
                 info[name] = SegmentInfo(0.0, gain)

@@ -286,3 +286,115 @@ def test_weight_of_a_replaced_projection_is_a_tensor_of_its_layout_and_shape(nam
     assert after.weight.shape == before.shape and after.weight.dtype == before.dtype
     if not stiefel:
         assert torch.equal(after.weight, before)
+
+
+class HomeAttention(nn.Module):
+    """Attention as home-built (nanoGPT- / Llama-style) code writes it: separate ``q_proj``, ``k_proj``,
+    ``v_proj``, ``o_proj`` Linears, heads contiguous in their outputs, a head count under one of the
+    usual names (or none), grouped-query keys."""
+
+    def __init__(self, d: int, heads: int, kv_heads: int | None = None, count: str | None = "num_heads"):
+        super().__init__()
+        self.h, self.kv, self.hd = heads, kv_heads or heads, d // heads
+        if count is not None:
+            setattr(self, count, heads)
+        if kv_heads is not None:
+            self.num_kv_heads = kv_heads
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, self.kv * self.hd, bias=False)
+        self.v_proj = nn.Linear(d, self.kv * self.hd, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.h, self.hd).transpose(1, 2)  # (B, H, T, hd)
+        k, v = (f(x).view(B, T, self.kv, self.hd).transpose(1, 2).repeat_interleave(self.h // self.kv, 1)
+                for f in (self.k_proj, self.v_proj))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class HomeModel(nn.Module):
+    def __init__(self, **attention):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, WIDTH)
+        self.blocks = nn.ModuleList(HomeAttention(WIDTH, HEADS, **attention) for _ in range(2))
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.emb(x)
+        for block in self.blocks:
+            h = h + block(h)
+        return self.head(h)
+
+
+def _home_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(model(x)[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1))
+
+
+@pytest.mark.parametrize("attention, given", [
+    ({"count": "num_heads"}, None), ({"count": "n_head"}, None), ({"count": "n_heads", "kv_heads": KV_HEADS}, None),
+    ({"count": None}, HEADS),
+])
+def test_home_built_attention_with_separate_linears_is_converted(attention, given):
+    torch.manual_seed(0)
+    model = HomeModel(**attention).eval()
+    x = _inputs("gpt2")
+    plain = copy.deepcopy(model)
+    options = {} if given is None else {"num_heads": given}
+    report = convert_attention(plain, stiefel=False, **options)
+    with torch.no_grad():
+        assert torch.equal(plain(x), model(x))
+    kv = attention.get("kv_heads", HEADS)
+    report = convert_attention(model, **options)
+    assert [(layer.name, layer.num_heads, layer.kv_heads) for layer in report.layers] == [
+        ("blocks.0", HEADS, kv), ("blocks.1", HEADS, kv)]
+    assert sorted(tuple(p.shape) for p in frame_parameters(model)) == sorted(
+        [(HEADS, WIDTH, WIDTH // HEADS), (kv, WIDTH, WIDTH // HEADS)] * 2)
+    opt = StiefelAdam(param_groups(model, frame_options={"lr": 2e-2}), lr=1e-2)
+    model.train()
+    first = float(_home_loss(model, x).detach())
+    for _ in range(20):
+        opt.zero_grad()
+        _home_loss(model, x).backward()
+        opt.step()
+    assert float(_home_loss(model, x).detach()) < first and _max_orthogonality_error(model) < 1e-5
+
+
+def test_home_built_attention_without_a_head_count_is_refused_with_the_fix():
+    model = HomeModel(count=None)
+    with pytest.raises(ValueError, match=r"blocks\.0 \(.*HomeAttention\).*no head count.*num_heads="):
+        convert_attention(model)
+    assert not any(isinstance(m, FrameProjection) for m in model.modules())
+    with pytest.raises(ValueError, match=r"blocks\.0 .*declares 4 heads, but num_heads=3"):
+        convert_attention(HomeModel(), num_heads=3)  # disagrees with the layers' own count
+
+
+class FusedAttention(nn.Module):
+    """Home-built attention with one fused Q|K|V Linear: its layout (rows Q|K|V, or interleaved per
+    head) cannot be read from the module, so it is not converted."""
+
+    def __init__(self):
+        super().__init__()
+        self.n_head, self.c_attn, self.c_proj = HEADS, nn.Linear(WIDTH, 3 * WIDTH), nn.Linear(WIDTH, WIDTH)
+
+
+def test_attention_the_converter_cannot_read_is_named_with_the_route():
+    model = nn.Sequential(FusedAttention(), HomeAttention(WIDTH, HEADS))
+    with pytest.warns(UserWarning, match=r"not converted: 0 \(.*FusedAttention\).*FrameProjection\.from_weight"):
+        report = convert_attention(model)
+    assert [layer.name for layer in report.layers] == ["1"]
+    assert "0 (" in str(report) and "FrameProjection.from_weight" in str(report)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "timm_vit", "llama_gqa"])
+def test_a_second_conversion_with_other_options_is_refused_naming_the_current_ones(name):
+    model = _build(name)
+    convert_attention(model, logit_scale="learned")
+    frames = [p.detach().clone() for p in frame_parameters(model)]
+    for options in ({"logit_scale": "fixed"}, {"stiefel": False}):
+        with pytest.raises(ValueError, match=r"converted before with stiefel=True, logit_scale='learned'"):
+            convert_attention(model, **options)
+    assert all(torch.equal(a, b) for a, b in zip(frames, frame_parameters(model), strict=True))
+    report = convert_attention(model, logit_scale="learned")  # the same options: nothing to do, and it says so
+    assert report.layers == [] and "all 2 attention layer(s) were converted before with these options" in str(report)

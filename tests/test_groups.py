@@ -238,3 +238,55 @@ def test_the_mark_survives_fsdp2_sharding_and_keeps_frames_on_the_manifold(tmp_p
     got = torch.load(out)
     assert got["marked"] == got["after"] == FRAMES
     assert max(got["errors"]) < 1e-5
+
+
+def _drift(opt_class, steps: int, monkeypatch, every: int = 5, **kwargs) -> tuple[list, float]:
+    """``steps`` training steps of ``opt_class`` on a model holding frames in three kinds of module;
+    returns the warnings raised and the largest distance from the manifold at the end."""
+    import warnings
+
+    from stiefel_mini import groups
+
+    monkeypatch.setattr(groups, "CHECK_EVERY", every)
+    torch.manual_seed(0)
+    proj, _ = FrameProjection.from_weight(torch.randn(24, 8), None, {"q": 2, "k": 2}, 4)
+    model = nn.ModuleDict({"attn": StiefelSelfAttention(8, 2), "mha": StiefelMultiheadAttention(8, 2), "proj": proj})
+    opt = opt_class(model.parameters(), **kwargs)
+    x = torch.randn(3, 5, 8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = model["attn"](x).pow(2).mean() + model["mha"](x, x, x)[0].pow(2).mean() + model["proj"](x).pow(2).mean()
+            loss.backward()
+            opt.step()
+    return caught, max(float(orthogonality_error(p.detach()).max()) for p in frame_parameters(model))
+
+
+def test_frames_trained_by_adamw_warn_once_per_module_naming_the_stiefel_optimizers(monkeypatch):
+    caught, error = _drift(torch.optim.AdamW, 30, monkeypatch, lr=1e-2)
+    assert error > 0.1  # AdamW moved them off the manifold
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert len(messages) == 3, messages  # once per module, not once per check
+    assert {m.split(".")[0] for m in messages} == {"StiefelSelfAttention", "StiefelMultiheadAttention",
+                                                   "FrameProjection"}
+    assert all("left the Stiefel manifold" in m and "StiefelAdam" in m and "StiefelMuon" in m for m in messages)
+
+
+def test_frames_trained_by_a_stiefel_rule_never_warn(monkeypatch):
+    caught, error = _drift(StiefelAdam, 30, monkeypatch, every=1, lr=1e-2)
+    assert error < 1e-5 and not [w for w in caught if "manifold" in str(w.message)]
+
+
+def test_the_check_is_skipped_in_eval_mode_and_when_turned_off(monkeypatch):
+    from stiefel_mini import groups
+
+    attn = StiefelSelfAttention(8, 2)
+    with torch.no_grad():
+        attn.w_q.mul_(2.0)  # off the manifold
+    monkeypatch.setattr(groups, "CHECK_EVERY", 0)
+    attn(torch.randn(1, 3, 8))  # no warning: turned off (pytest turns warnings into errors below)
+    monkeypatch.setattr(groups, "CHECK_EVERY", 1)
+    attn.eval()(torch.randn(1, 3, 8))
+    with pytest.warns(UserWarning, match=r"StiefelSelfAttention\.w_q: a frame has left"):
+        attn.train()(torch.randn(1, 3, 8))

@@ -115,3 +115,30 @@ def test_hugging_face_model_methods_work_on_a_converted_model(name):
         want = _out(name, model.eval(), x)
     assert logits.dtype == torch.bfloat16
     assert (logits.float() - want).abs().max() < 0.05 * want.abs().max()
+
+
+@pytest.mark.parametrize("name, cls", [("gpt2", "GPT2LMHeadModel"), ("gpt2", "AutoModelForCausalLM"),
+                                       ("llama_gqa", "LlamaForCausalLM")])
+def test_the_plain_hugging_face_loader_reads_a_saved_converted_model_as_the_model_it_computes(name, cls, tmp_path):
+    """``save_pretrained`` stores each replaced projection in its own layout beside the frames, so the
+    usual loader builds an unconverted model that computes what the converted one computes."""
+    model = _trained(name, logit_scale="learned")
+    model.save_pretrained(tmp_path)
+    plain = getattr(transformers, cls).from_pretrained(tmp_path)
+    assert not any(type(m).__name__ == "FrameProjection" for m in plain.modules())
+    x = _inputs(name)
+    with torch.no_grad():
+        torch.testing.assert_close(_out(name, plain, x), _out(name, model, x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["timm_vit", "bert"])
+def test_a_plain_model_loads_a_converted_state_dict_without_strict(name):
+    model = _trained(name)
+    plain = _build(name, seed=7).eval()
+    unexpected = plain.load_state_dict(model.state_dict(), strict=False).unexpected_keys
+    assert unexpected and all(k.endswith(("q_weight", "k_weight", "rest_weight")) for k in unexpected)
+    x = _inputs(name)
+    with torch.no_grad():
+        torch.testing.assert_close(_out(name, plain, x), _out(name, model, x), atol=1e-5, rtol=1e-5)
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\).*q_weight"):
+        plain.load_state_dict(model.state_dict())  # strict: the frames' keys are named

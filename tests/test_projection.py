@@ -82,3 +82,76 @@ def test_bad_arguments_are_refused(kwargs, match):
     args = {"in_features": D, "heads": {"q": 2}, "head_dim": HD, **kwargs}
     with pytest.raises(ValueError, match=match):
         FrameProjection(**args)
+
+
+def _stiefel(transposed: bool, stiefel: bool = True):
+    w, b = _weights(transposed)
+    return FrameProjection.from_weight(w, b, {"q": H, "k": H}, HD, transposed=transposed, stiefel=stiefel)[0], b
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_weight_written_into_weight_lands_in_the_frames_reprojected_with_a_warning(transposed):
+    proj, b = _stiefel(transposed)
+    target, _ = _weights(transposed, seed=5)  # far from frames
+    with pytest.warns(UserWarning, match=r"q/k heads of the weight written into it were off the Stiefel manifold"):
+        with torch.no_grad():
+            proj.weight.copy_(target)
+    expected, _ = FrameProjection.from_weight(target, b, {"q": H, "k": H}, HD, transposed=transposed)
+    assert torch.equal(proj.weight, expected.weight) and torch.equal(proj.bias, b)
+    assert float(orthogonality_error(proj.q_weight.detach()).max()) < 1e-5
+    before = proj.q_weight.detach().clone()
+    with pytest.warns(UserWarning, match="off the Stiefel manifold"):
+        torch.nn.init.normal_(proj.weight)  # nn.init, as model code re-initialises a layer
+    assert not torch.equal(before, proj.q_weight) and float(orthogonality_error(proj.q_weight.detach()).max()) < 1e-5
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_writes_into_views_and_the_setter_land_too(transposed, recwarn):
+    proj, _ = _stiefel(transposed)
+    frames = proj.q_weight.detach().clone()
+    rest = (slice(None), slice(2 * H * HD, None)) if transposed else (slice(2 * H * HD, None),)
+    with torch.no_grad():
+        proj.weight.data[rest].zero_()  # weight surgery on V only: the frames stay frames, no warning
+    assert float(proj.rest_weight.detach().abs().max()) == 0.0
+    torch.testing.assert_close(proj.q_weight.detach(), frames, atol=1e-6, rtol=0)
+    with torch.no_grad():
+        proj.weight[rest] = 1.0
+    assert bool((proj.rest_weight == 1.0).all())
+    other, _ = FrameProjection.from_weight(*_weights(transposed, seed=3), {"q": H, "k": H}, HD, transposed=transposed)
+    proj.weight = other.weight  # frames already: they land as they are, no warning
+    torch.testing.assert_close(proj.weight, other.weight, atol=1e-6, rtol=0)
+    assert not [w for w in recwarn if "manifold" in str(w.message)]
+
+
+def test_unconstrained_weights_take_writes_exactly_and_rank_deficient_frames_are_refused():
+    proj, _ = _stiefel(False, stiefel=False)
+    target, _ = _weights(False, seed=5)
+    with torch.no_grad():
+        proj.weight.copy_(target)
+    assert torch.equal(proj.weight, target)
+    frames, _ = _stiefel(False)
+    before = frames.q_weight.detach().clone()
+    with pytest.raises(ValueError, match="no closest frame"), torch.no_grad():
+        frames.weight.zero_()
+    assert torch.equal(frames.q_weight, before)
+    with pytest.raises(ValueError, match=r"has shape \(36, 12\)"):
+        frames.weight = torch.zeros(12, 36)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_state_dict_holds_the_weight_in_the_replaced_layout_beside_the_frames(transposed):
+    proj, b = _stiefel(transposed)
+    state = proj.state_dict()
+    assert torch.equal(state["weight"], proj.weight)
+    x = torch.randn(2, 5, D)
+    if not transposed:
+        plain = torch.nn.Linear(D, proj.out_features)
+        assert sorted(plain.load_state_dict(state, strict=False).unexpected_keys) == ["k_weight", "q_weight",
+                                                                                      "rest_weight"]
+        assert torch.equal(plain(x), proj(x))
+    fresh, _ = FrameProjection.from_weight(*_weights(transposed, seed=4), {"q": H, "k": H}, HD, transposed=transposed)
+    fresh.load_state_dict(state)  # strict: the weight entry is read, not unexpected
+    assert torch.equal(fresh(x), proj(x))
+    state["weight"] = 2 * state["weight"]  # edited after saving: it disagrees with the frames
+    with pytest.raises(RuntimeError, match="disagrees with the frames"):
+        fresh.load_state_dict(state)

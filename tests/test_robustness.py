@@ -359,3 +359,21 @@ def test_frame_rule_compiles_fullgraph_inductor():
     scalar = torch.backends.cpu.get_cpu_capability() == "DEFAULT"
     with inductor_config.patch({"force_disable_caches": True, **({"cpp.simdlen": 1} if scalar else {})}):
         _compile_check("inductor")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_gradient_of_a_non_frame_parameter_raises_and_changes_nothing(bad):
+    """The same rule as for frames (and StiefelMuon): no step when any gradient is not finite."""
+    a = frame(32, 4, seed=1)
+    w, v = nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(5, 2))
+    opt = StiefelAdam([{"params": [w, v]}, {"params": [a], "stiefel": True}], lr=0.3)
+    g = gen(3)
+    for _ in range(2):  # some state first
+        a.grad, w.grad, v.grad = torch.randn(32, 4, generator=g), torch.ones(3), torch.ones(5, 2)
+        opt.step()
+    v.grad = torch.ones(5, 2)
+    v.grad[1, 1] = bad
+    snap = snapshot(opt, [w, v, a])
+    with pytest.raises(ValueError, match=r"gradient of parameter 1 of param group 0 is not finite"):
+        opt.step()
+    assert_unchanged(opt, [w, v, a], snap)
