@@ -33,7 +33,8 @@ from stiefel_mini.evidence.claims import Claim
 from stiefel_mini.experiments.stats import smallest_p
 
 __all__ = ["number_text", "effect_text", "sure_text", "n_text", "needed_text", "family_status", "regime_of",
-           "ARM_NAMES", "arm_name", "plain_regime", "confirmed_word", "gist", "phrase", "row_phrase", "sentence"]
+           "regime_statuses", "ARM_NAMES", "arm_name", "plain_regime", "confirmed_word", "gist", "phrase", "row_phrase",
+           "sentence", "flip", "versus", "fresh_text", "machines_text", "SHOWN", "own_test", "judged", "holds_zero", "change_text"]
 
 
 def number_text(x: float, unit: str) -> str:
@@ -73,7 +74,7 @@ def sure_text(row: dict, family: int) -> str:
         return "no paired seed"
     test = "exact sign test" if row["test"] == "sign" else "exact signed-rank test"
     # A row shown on its own (family 1) is testable when its test can reach the level at its n.
-    testable = row["testable"] or (family == 1 and row["p_min"] <= compare.ALPHA)
+    testable = row["p_min"] <= compare.ALPHA if family == 1 else row["testable"]
     if not testable:
         return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.3g}: too few seeds for 0.05" + _flags(row)
     k = row.get("n_testable", family)
@@ -212,6 +213,12 @@ def _ingredients_verdict(c: Claim, rows: list[dict]) -> tuple[str, str]:
                             f"{needed_text(big, len(rows))})")
 
 
+def regime_statuses(c: Claim, rows: list[dict]) -> list[str]:
+    """The status of each regime of a ratio family on its own (``[]`` for another kind of claim): what
+    a ``mixed`` verdict is made of."""
+    return [_ratio_verdict(c, r)[0] for r in rows] if c.kind == "ratio" else []
+
+
 def regime_of(row: dict) -> str:
     """What sets a family's row apart: a ratio family's regime ("both at lr 1e-3"), else its arms."""
     return row["label"].split(", ", 1)[-1] if row["ratio"] else row["label"].split(" (")[0]
@@ -283,22 +290,65 @@ def _sides(row: dict) -> tuple[str, str]:
 
 _UNDECIDABLE = "too few seeds to decide"
 """An unresolved row whose test could not pass at any split of its seeds: even all of them one way
-would not be "resolved" after the correction, so "no clear difference" would misread it."""
+would not be "resolved", so "no clear difference" would misread it."""
+
+SHOWN = "shown, not corrected"
+"""What a row judged by its own test alone says after its p: it is no part of a correction."""
+
+
+def own_test(r: dict) -> bool:
+    """Whether row ``r`` stands alone: a secondary (``role``), or a row no correction has seen (no
+    ``family``). Such a row is judged by its own test: testable when its test can reach the level at
+    its n, resolved when its own p does."""
+    return r.get("role") == "secondary" or "family" not in r
+
+
+def judged(r: dict) -> tuple[bool, bool]:
+    """``(testable, resolved)`` of paired row ``r``: by its own test (:func:`own_test`), else by the
+    correction of its family (:func:`compare.correct`)."""
+    if not r.get("n"):
+        return False, False
+    if own_test(r):
+        return r["p_min"] <= compare.ALPHA, r["p"] <= compare.ALPHA
+    return bool(r["testable"]), bool(r["resolved"])
 
 
 def _undecidable(r: dict) -> bool:
-    """Whether paired row ``r`` has seeds but a test that cannot reach the level (Tarone: ``testable`` False)."""
-    return r.get("n", 0) > 0 and r.get("testable") is False
+    """Whether paired row ``r`` has seeds but a test that cannot reach the level (Tarone)."""
+    return r.get("n", 0) > 0 and not judged(r)[0]
+
+
+def holds_zero(r: dict) -> bool:
+    """Whether the 95% t interval of ``r``'s mean holds zero (or, with one seed, there is none): then
+    no word may give the mean a direction."""
+    if r.get("mean") is None:
+        return False
+    return r["ci"] is None or r["ci"][0] <= 0.0 <= r["ci"][1]
+
+
+def _shown(r: dict) -> str:
+    return f" (p = {r['p']:.2g}, {SHOWN})" if own_test(r) and r.get("n") else ""
+
+
+def change_text(r: dict, more: str, less: str, what: str = "") -> str:
+    """A change in a running sentence, its direction said only when the 95% interval excludes zero:
+    ``"sooner (-460 steps [-700, -220])"``, else ``"no clear difference in steps to 95% (-192 steps
+    [-817, +432])"``. ``more`` / ``less``: the words for a positive / negative mean."""
+    if r.get("mean") is None or holds_zero(r):
+        return f"no clear difference{f' in {what}' if what else ''} ({effect_text(r)})"
+    return f"{more if r['mean'] > 0 else less} ({effect_text(r)})"
 
 
 def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, short: bool = False) -> str:
     """A paired row ``b − a`` in plain words: ``"StiefelAdam slower than AdamW to reach 95% validation on
     12 of 14 seeds, by 457 steps on average"``; unresolved: ``"no clear difference: ..."``, ``"too few
     seeds to decide: ..."`` when no split of its seeds could pass the correction, or ``"no gap like the
-    paper's ..."`` when the paper's number ``pv`` lies outside the interval. ``resolved``
-    defaults to the row's own ``resolved``; ``short`` leaves out the metric, "on average" and a
-    resolved row's "not the paper's" (for a table that shows the paper's number beside it)."""
-    resolved = r["resolved"] if resolved is None else resolved
+    paper's ..."`` when the paper's number ``pv`` lies outside the interval. The mean gets a direction
+    word only when its 95% interval excludes zero (else "a mean gap of 0.5 points whose 95% interval
+    holds zero"); a row judged by its own test (:func:`own_test`) ends with its p, "shown, not
+    corrected". ``resolved`` defaults to :func:`judged`; ``short`` leaves out the metric, "on average"
+    and a resolved row's "not the paper's" (for a table that shows the paper's number beside it)."""
+    resolved = judged(r)[1] if resolved is None else resolved
     unit = r.get("unit", "")
     b, a = arm_name(r["arm"]), arm_name(r["baseline"])
     good, bad = _sides(r)
@@ -322,7 +372,9 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     if unit == "tokens" and not short:
         to = f" {what.removeprefix('tokens ')}"  # "to reach adamw's final ..."
     avg = "" if short else " on average"
-    size = "" if centre is None or math.isinf(centre) else (
+    gap = "" if r["mean"] is None or r["mean"] == 0 else \
+        f", a mean gap of {_amount(r['mean'], unit)}{of} whose 95% interval holds zero"
+    size = "" if centre is None or math.isinf(centre) else gap if holds_zero(r) else (
         f", by {_amount(centre, unit)}{of}{avg}" if r["mean"] is not None else f", by a median {_amount(centre, unit)}")
     w, l, n = r["wins"], r["losses"], r["n"]
     if not resolved:
@@ -331,13 +383,13 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
                 else _UNDECIDABLE if _undecidable(r) else "no clear difference")
         sides = (f"{who(good)}{to} on {w} and {bad} on {l} of {n} seeds" if w == l else
                  f"{who(good if w > l else bad)}{to} on {max(w, l)} of {n} seeds")
-        mean = "" if r["mean"] is None or r["mean"] == 0 else \
+        mean = gap if holds_zero(r) else "" if r["mean"] is None or r["mean"] == 0 else \
             f", {_amount(r['mean'], unit)}{of} {word(r['mean'])}{avg}"
-        return f"{head}: {sides}{mean}"
+        return f"{head}: {sides}{mean}{_shown(r)}"
     text = who(good if w > l else bad) + f"{to} on {max(w, l)} of {n} seeds{size}"
     if pv is not None and not lo <= pv <= hi and not short:
         text += f", not the paper's {_paper_amount(pv, unit)}"
-    return text
+    return text + _shown(r)
 
 
 def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
@@ -348,7 +400,7 @@ def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
     unit = r.get("unit", "")
     centre = r["mean"] if r["mean"] is not None else r["median"]
     lo, hi = r["ci"] if r["ci"] is not None else (centre, centre)
-    if not r["resolved"]:
+    if not judged(r)[1]:
         if pv is not None and lo is not None and not lo <= pv <= hi:
             return f"no gap like the paper's {_paper_amount(pv, unit)} {_UNITS.get(unit, ('', unit))[1]}"
         return _UNDECIDABLE if _undecidable(r) else "no clear difference"
@@ -356,8 +408,37 @@ def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
     what = r["label"].split(", ", 1)[1] if ", " in r["label"] else ""
     to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith("steps to ") else ""
     side = good if (r["wins"] > r["losses"]) else bad
-    size = "" if centre is None or math.isinf(centre) else f"{_amount(centre, unit)} "
+    size = "" if centre is None or math.isinf(centre) or holds_zero(r) else f"{_amount(centre, unit)} "
     return f"{size}{side}{to}" + (f" on {max(r['wins'], r['losses'])} of {r['n']} seeds" if seeds else "")
+
+
+def flip(r: dict) -> dict:
+    """Paired row ``b − a`` as ``a − b``: the arms swapped, every difference negated, wins and losses
+    swapped (for a sentence whose subject is the row's baseline)."""
+    neg = lambda x: None if x is None else -x  # noqa: E731
+    out = {**r, "arm": r["baseline"], "baseline": r["arm"], "mean": neg(r["mean"]), "median": neg(r["median"]),
+           "low": neg(r["high"]), "high": neg(r["low"]), "wins": r["losses"], "losses": r["wins"],
+           "diffs": [-d for d in r.get("diffs", [])], "ci": None if r["ci"] is None else (-r["ci"][1], -r["ci"][0])}
+    a, b = r["label"].split(",", 1)[0].split(" − ") if " − " in r["label"] else (r["arm"], r["baseline"])
+    out["label"] = f"{b} − {a}" + (f",{r['label'].split(',', 1)[1]}" if "," in r["label"] else "")
+    return out
+
+
+def versus(r: dict, verb: str = "") -> str:
+    """A row in a few words with both arms named: ``"Muon 0.162 bits per byte ahead of AdamW on 8 of 8
+    seeds"``; unresolved: ``"StiefelAdam against AdamW: no clear difference"`` (:func:`gist`). ``verb``
+    follows the first arm's name ("was") in a resolved row."""
+    b, a = arm_name(r["arm"]), arm_name(r["baseline"])
+    g = gist(r)
+    if not judged(r)[1]:
+        return f"{b} against {a}: {g}"
+    side, rest = next(((w, g.split(w, 1)) for w in ("ahead", "behind", "faster", "slower", "fewer falls",
+                                                      "more falls", "wider", "narrower", "better", "worse")
+                       if w in g), ("", (g, "")))
+    if not side:
+        return f"{b} {g} against {a}"
+    prep = _PREP.get(side, "" if side == "behind" else " than")
+    return f"{b} {verb + ' ' if verb else ''}{rest[0]}{side}{prep} {a}{rest[1]}"
 
 
 def _ratio_phrase(c: Claim, rows: list[dict], short: bool = False) -> str:
@@ -381,17 +462,34 @@ def _ingredients_phrase(v: dict, rows: list[dict], short: bool = False) -> str:
     if not have:
         return "no paired runs yet"
     big = max(have, key=lambda r: abs(r["mean"]))
-    side = "ahead of" if big["mean"] > 0 else "behind"
-    largest = (f"the largest gap: {arm_name(big['arm'])} {_amount(big['mean'], big['unit'])} {side} "
-               f"{arm_name(big['baseline'])} on average, {side.split()[0]} on {max(big['wins'], big['losses'])} "
-               f"of {big['n']} seeds")
+    few = [r for r in have if _undecidable(r)]
+    if holds_zero(big):
+        largest = (f"the largest mean gap, {_amount(big['mean'], big['unit'])} between {arm_name(big['arm'])} and "
+                   f"{arm_name(big['baseline'])} on {big['n']} seeds, has a 95% interval that holds zero")
+        short_largest = f"largest mean gap {_amount(big['mean'], big['unit'])}, its interval holding zero"
+    else:
+        side = "ahead of" if big["mean"] > 0 else "behind"
+        largest = (f"the largest gap: {arm_name(big['arm'])} {_amount(big['mean'], big['unit'])} {side} "
+                   f"{arm_name(big['baseline'])} on average, {side.split()[0]} on {max(big['wins'], big['losses'])} "
+                   f"of {big['n']} seeds")
+        short_largest = f"largest gap {_amount(big['mean'], big['unit'])}"
+    if v["status"] != "not resolved":
+        return f"{v['status']}; {short_largest if short else largest}"
+    # Unresolved: the variants whose test cannot reach the level at their n say nothing either way.
+    n_few = sorted({r["n"] for r in few})
+    seeds = " or ".join(map(str, n_few))
+    if len(few) == len(have):
+        head = f"too few seeds to decide: each of the {len(have)} variants has {seeds} seeds"
+    elif few:
+        rest = [r for r in have if r not in few]
+        head = (f"too few seeds to decide for {len(few)} of the {len(have)} variants ({seeds} seeds each); "
+                + ("the other shows" if len(rest) == 1 else f"the other {len(rest)} show")
+                + " no clear difference from " + arm_name(big["arm"]))
+    else:
+        head = f"no variant of the rule clearly differs from {arm_name(big['arm'])}"
     if short:
-        largest = f"largest gap {_amount(big['mean'], big['unit'])}"
-        if v["status"] == "not resolved":
-            return f"no variant of the rule clearly differs ({largest})"
-    if v["status"] == "not resolved":
-        return f"no variant of the rule clearly differs from {arm_name(big['arm'])}; {largest}"
-    return f"{v['status']}; {largest}"
+        return f"{head.split(':')[0].split(';')[0]} ({short_largest})"
+    return f"{head}; {largest}"
 
 
 def phrase(c: Claim, v: dict, short: bool = False) -> str:
@@ -415,29 +513,47 @@ def phrase(c: Claim, v: dict, short: bool = False) -> str:
 
 
 def confirmed_word(v: dict) -> str:
-    """What fresh seeds said of a resolved primary: ``"confirmed"``, ``"not confirmed"`` (fresh seeds
-    ran and did not give the primary's verdict), ``"not re-run"`` (no fresh seed yet), or ``""`` where
-    there is nothing to confirm (not resolved, not tested, by construction)."""
+    """What fresh seeds said of a resolved primary, the ledger's own status
+    (:func:`stiefel_mini.evidence.confirm.confirmation`) in a reader's words: ``"confirmed"``, ``"not
+    confirmed"`` (fresh seeds that could decide did not give the primary's verdict), ``"too few fresh
+    seeds"`` (pending: fresh seeds ran, too few to decide), ``"not re-run"`` (pending: none yet), or
+    ``""`` where there is nothing to confirm (not resolved, not tested, by construction)."""
     conf = v.get("confirmation") or {}
     if v["status"] in ("not resolved", "not tested yet", "by construction") or not conf:
         return ""
-    if conf["status"] == "confirmed":
-        return "confirmed"
-    if conf["status"] == "not confirmed" or any(r["n"] for r in conf.get("rows", [])):
-        return "not confirmed"
-    return "not re-run"
+    if conf["status"] in ("confirmed", "not confirmed"):
+        return conf["status"]
+    return "too few fresh seeds" if any(r["n"] for r in conf.get("rows", [])) else "not re-run"
+
+
+def fresh_text(v: dict) -> str:
+    """What fresh seeds said of a verdict, as a clause: ``"6 fresh seeds did not confirm it"``,
+    ``"confirmed on 6 fresh seeds"``, ``"not yet re-run on fresh seeds"``; ``""`` where nothing is to
+    be confirmed (:func:`confirmed_word`)."""
+    conf = confirmed_word(v)
+    fresh = max((r["n"] for r in (v.get("confirmation") or {}).get("rows", [])), default=0)
+    seeds = f"{fresh} fresh seed{'' if fresh == 1 else 's'}"
+    return {"confirmed": f"confirmed on {seeds}", "not confirmed": f"{seeds} did not confirm it",
+            "too few fresh seeds": f"{seeds} so far, too few to confirm it",
+            "not re-run": "not yet re-run on fresh seeds"}.get(conf, "")
+
+
+def machines_text(v: dict) -> str:
+    """``"3 of its 14 pairs ran on two different machines"`` for a verdict whose primary pairs runs of
+    two machines (:func:`stiefel_mini.evidence.ledger.run_machine`); ``""`` otherwise."""
+    rows = [r for r in v["primary"] if r.get("two_machines")]
+    if not rows:
+        return ""
+    k, n = sum(len(r["two_machines"]) for r in rows), sum(r["n"] for r in rows)
+    return f"{k} of its {n} pairs ran on two different machines"
 
 
 def sentence(c: Claim, v: dict) -> str:
-    """One plain sentence for a claim's box: its :func:`phrase`, and what fresh seeds said."""
+    """One plain sentence for a claim's box: its :func:`phrase`, what fresh seeds said
+    (:func:`fresh_text`), and the pairs made on two machines (:func:`machines_text`)."""
     text = phrase(c, v)
     text = text[:1].upper() + text[1:]
-    conf = confirmed_word(v)
-    fresh = max((r["n"] for r in (v.get("confirmation") or {}).get("rows", [])), default=0)
-    if conf == "confirmed":
-        text += f"; confirmed on {fresh} fresh seed{'' if fresh == 1 else 's'}"
-    elif conf == "not confirmed":
-        text += f"; not confirmed: on {fresh} fresh seed{'' if fresh == 1 else 's'} alone it did not hold"
-    elif conf == "not re-run":
-        text += "; not yet re-run on fresh seeds"
+    for clause in (fresh_text(v), machines_text(v)):
+        if clause:
+            text += f"; {clause}"
     return text + "."
