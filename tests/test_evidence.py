@@ -432,3 +432,18 @@ def test_the_readers_questions_are_shown_but_stay_out_of_the_papers_family():
     table = BeautifulSoup(evidence.summary_html(evidence.verdicts() + qs), "html.parser")
     row = table.select_one("tr[data-claim='lm_gain']")
     assert row is not None and "Language model" in row.get_text()
+
+
+def test_the_intro_answer_names_the_language_model_and_muon_from_their_rows():
+    vs, qs = evidence.verdicts(), evidence.questions()
+    text = " ".join(evidence.plain.bottom_line(vs, questions=qs))
+    rows = {(r["arm"], r["baseline"]): r for r in qs[0]["primary"] + qs[0]["secondary"] if r.get("unit") == "bpb"}
+    muon, vs_muon = rows[("muon", "adamw")], rows[("stiefel", "muon")]
+    assert f"Muon was {abs(muon['mean']):.3f} bits per byte ahead of AdamW on {muon['wins']} of 8 seeds" in text
+    assert f"{abs(vs_muon['mean']):.3f} bits per byte ahead of StiefelAdam on {vs_muon['losses']} of 8 seeds" in text
+    assert "1.6M training tokens" in text and "width 256" in text
+    assert "for a small language model try Muon first" in text
+    counted = evidence.plain.tally(vs)
+    assert f"Of the paper's {len(vs)} claims" in counted and "none of" not in counted.lower()
+    advice = evidence.plain.advice(vs + qs)
+    assert advice[-1]["try"].startswith("Muon") and "not corrected" in advice[-1]["measured"]

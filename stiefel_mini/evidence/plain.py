@@ -153,7 +153,7 @@ def language_model(q: dict, root: str | Path | None = None) -> str:
     if ("stiefel", "muon") in rows:
         vs_muon = flip(rows[("stiefel", "muon")])
         parts.append(versus(vs_muon).removeprefix("Muon ") if muon and judged(vs_muon)[1] else versus(vs_muon, "was"))
-    text = where + ", " + " and ".join(parts) if parts else where
+    text = where + ", in validation bits per byte (lower is better), " + " and ".join(parts) if parts else where
     prim = rows.get(("stiefel", "adamw"))
     if prim:
         text += f"; StiefelAdam against AdamW, the comparison declared for it: {row_phrase(prim).split(', a mean gap')[0]}"
@@ -219,7 +219,9 @@ def _row(comp: Comparison, root: str | Path | None) -> dict:
 
 def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
     """Part IV's table: ``[{"situation", "try", "measured", "regime"}]``, each ``measured`` a paired
-    row in plain words (:func:`~stiefel_mini.evidence.words.row_phrase`) or a claim's phrase."""
+    row in plain words (:func:`~stiefel_mini.evidence.words.row_phrase`) or a claim's phrase; with the
+    language-model question among ``vs`` (:func:`stiefel_mini.evidence.judge.questions`), a row for
+    a language model, what to try decided by Muon's row against AdamW."""
     gain, freeze = _of(vs, "cifar_gain"), _of(vs, "freezing")
     out = []
     if gain and gain["primary"]:
@@ -252,4 +254,17 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
                     "try": "plain AdamW" if speed["status"] == "contradicted" else "StiefelAdam",
                     "measured": speed["phrase"] + (f"; at the end, {end['phrase']}" if end else ""),
                     "regime": plain_regime(speed["primary"][0]["regime"])})
+    lm = _of(vs, "lm_gain")
+    rows = _lm_rows(lm) if lm else {}
+    muon, prim = rows.get(("muon", "adamw")), rows.get(("stiefel", "adamw"))
+    if muon and prim:
+        ahead = judged(muon)[1] and muon["wins"] > muon["losses"]
+        vs_muon = rows.get(("stiefel", "muon"))
+        out.append({"situation": "a small language model (GPT-2-like), trained from scratch",
+                    "try": "Muon on the hidden matrices, AdamW on the rest" if ahead else
+                           "AdamW, its lr tuned; measure Muon and StiefelAdam against it",
+                    "measured": "; ".join([row_phrase(muon)] + ([row_phrase(flip(vs_muon))] if vs_muon else [])
+                                          + [f"StiefelAdam against AdamW, the comparison declared for it: "
+                                             f"{row_phrase(prim)}"]),
+                    "regime": plain_regime(prim["regime"])})
     return out
