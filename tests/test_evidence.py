@@ -447,3 +447,14 @@ def test_the_intro_answer_names_the_language_model_and_muon_from_their_rows():
     assert f"Of the paper's {len(vs)} claims" in counted and "none of" not in counted.lower()
     advice = evidence.plain.advice(vs + qs)
     assert advice[-1]["try"].startswith("Muon") and "not corrected" in advice[-1]["measured"]
+
+
+def test_the_intros_list_of_claims_is_the_verdicts_list():
+    import re
+
+    nb = nbformat.read(ROOT / "book" / "intro.ipynb", 4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    listed = re.findall(r"^(\d+)\. \*\*", text.split("## The claims this book will test")[1].split("## ")[0], re.M)
+    assert [int(i) for i in listed] == list(range(1, len(evidence.CLAIMS) + 1))
+    words = {9: "nine"}
+    assert f"Which of the {words[len(evidence.CLAIMS)]} claims" in text
