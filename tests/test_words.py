@@ -210,3 +210,12 @@ def test_the_intro_counts_every_claim_and_sets_those_true_by_construction_apart(
                     "regimes, 3 were contradicted and 2 are undecided")
     vs[6]["regime_status"] = ["reproduced", "contradicted"]
     assert "1 held in one regime only" in plain.tally(vs)
+
+
+def test_a_family_confirmed_on_different_fresh_seeds_gives_each_its_count():
+    c = claim("ratio", paper_range=(24.0, 40.0))
+    rows = [{"label": f"A0's Q/K step / A1's, {where}", "gmean": 48.0, "ci": (47.0, 49.0), "n": n, "ratio": True,
+             "arm": "A1", "baseline": "A0"} for where, n in (("both at lr 1e-3", 6), ("each at its best lr", 2))]
+    v = {"status": "mixed", "verdict": "", "primary": rows,
+         "confirmation": {"status": "confirmed", "rows": rows, "text": "..."}}
+    assert words.fresh_text(v) == "confirmed on fresh seeds (6 for both at lr 1e-3, 2 for each at its best lr)"

@@ -531,8 +531,11 @@ def fresh_text(v: dict) -> str:
     ``"confirmed on 6 fresh seeds"``, ``"not yet re-run on fresh seeds"``; ``""`` where nothing is to
     be confirmed (:func:`confirmed_word`)."""
     conf = confirmed_word(v)
-    fresh = max((r["n"] for r in (v.get("confirmation") or {}).get("rows", [])), default=0)
+    rows = [r for r in (v.get("confirmation") or {}).get("rows", []) if r["n"]]
+    fresh = max((r["n"] for r in rows), default=0)
     seeds = f"{fresh} fresh seed{'' if fresh == 1 else 's'}"
+    if len({r["n"] for r in rows}) > 1:  # a family whose rows have different fresh seeds: each its own count
+        seeds = "fresh seeds (" + ", ".join(f"{r['n']} for {regime_of(r)}" for r in rows) + ")"
     return {"confirmed": f"confirmed on {seeds}", "not confirmed": f"{seeds} did not confirm it",
             "too few fresh seeds": f"{seeds} so far, too few to confirm it",
             "not re-run": "not yet re-run on fresh seeds"}.get(conf, "")
