@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["FIGURE_NAMES", "figure_name", "panels", "legend_outside", "arm_colors", "attention_head_diagram", "step_pipeline_diagram", "responsive",
+__all__ = ["panels", "legend_outside", "arm_colors", "attention_head_diagram", "step_pipeline_diagram", "responsive",
            "NARROW_WIDTH_IN", "forest",
            "FOREST_FONT_PT", "peer_curve_figure", "one_run_figure", "logit_growth_figure"]
 
@@ -301,38 +301,19 @@ FOREST_FONT_PT = 11.5
 400 px it still renders text of about 10 px."""
 
 
-FIGURE_NAMES = {
-    "A0": "AdamW", "adamw": "AdamW", "A1": "StiefelAdam", "stiefel": "StiefelAdam", "stiefel_learned": "StiefelAdam",
-    "A3": "frozen frames", "frozen": "frozen frames", "frozen_learned": "frozen frames", "qknorm": "QK-norm",
-    "muon": "Muon", "muon_stiefel": "Muon + StiefelAdam on Q/K", "A5": "AdamW step + polar",
-    "A7": "element-wise moment", "stiefel_column": "column moment", "stiefel_canonical": "canonical projector",
-    "stiefel_noproj": "no projection", "stiefel_nocap": "no trust cap",
-}
-"""Each arm's short name in a figure, where a label has little room (the text names them in full)."""
-
-
-def figure_name(text: str) -> str:
-    """``text`` with every arm code in it named (:data:`FIGURE_NAMES`): ``"A1 − A3"`` -> ``"StiefelAdam −
-    frozen frames"``."""
-    import re
-
-    codes = sorted(FIGURE_NAMES, key=len, reverse=True)
-    return re.sub(r"(?<!\w)(" + "|".join(map(re.escape, codes)) + r")(?!\w)", lambda m: FIGURE_NAMES[m.group(1)], text)
-
-
 def forest(vs: Sequence[dict], width: float = 6.2):
     """Each claim's primary effect with its 95% t interval, beside the paper's number, one panel a unit.
 
     ``vs``: the verdicts of :func:`stiefel_mini.evidence.verdicts`. One row per primary comparison
     with paired seeds (a family: one row per member): a dot at the mean and a bar over the 95% t
-    interval, each row labelled with its arms by name (:func:`figure_name`), a diamond at the paper's
-    value where the paper gives one (a claimed range, for the
-    step ratio: a band); the panels are points (pp), steps, and ratios (log scale). A censored row
+    interval, arms by name, a diamond at the paper's value where the paper gives one (a claimed range, for
+    the step ratio: a band); the panels are points (pp), steps, and ratios (log scale). A censored row
     without a mean is left out. Returns the figure.
     """
     import matplotlib.pyplot as plt
 
     from stiefel_mini.evidence import claim as claim_of
+    from stiefel_mini.evidence.sentences import FIGURE_NAMES, figure_name
 
     units: dict[str, list[tuple[str, dict, Any]]] = {"pp": [], "steps": [], "x": []}
     for v in vs:
@@ -340,11 +321,9 @@ def forest(vs: Sequence[dict], width: float = 6.2):
         for r in v["primary"]:
             if not r["n"] or (not r.get("ratio") and r["mean"] is None):
                 continue
-            label = figure_name(c.short or c.claim)
-            if len(v["primary"]) > 1 and r.get("ratio"):
-                label = f"{label}: {r['label'].split(', ', 1)[-1]}"
-            elif len(v["primary"]) > 1:  # a family: each row by the variant it sets against StiefelAdam
-                label = f"{label}: vs {FIGURE_NAMES.get(r['baseline'], r['baseline'])}"
+            label = figure_name(c.short or c.claim)  # a family's rows: a ratio's regime, else the variant
+            if len(v["primary"]) > 1:
+                label += f": {r['label'].split(', ', 1)[-1]}" if r.get("ratio") else f": vs {FIGURE_NAMES[r['baseline']]}"
             units["x" if r.get("ratio") else r["unit"]].append((label, r, c))
     units = {u: rows for u, rows in units.items() if rows}
     titles = {"pp": "difference, percentage points", "steps": "difference, steps", "x": "ratio (log scale)"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stiefel_mini.evidence import compare, words
+from stiefel_mini.evidence import compare, sentences, words
 from stiefel_mini.evidence.claims import Claim
 
 
@@ -37,12 +37,12 @@ def test_a_resolved_sign_is_said_in_words_and_follows_the_data():
     c = claim()  # a claimed direction: b sooner
     slow = verdict(c, row(SLOWER))
     assert slow["status"] == "contradicted"
-    text = words.phrase(c, slow)
+    text = sentences.phrase(c, slow)
     assert text.startswith("StiefelAdam slower than AdamW to reach 95% validation on 12 of 14 seeds")
     assert "by 386 steps on average" in text  # (12 * 500 - 2 * 300) / 14, as a magnitude
     fast = verdict(c, row([-d for d in SLOWER]))
     assert fast["status"] == "reproduced"
-    assert words.phrase(c, fast).startswith("StiefelAdam faster than AdamW to reach 95% validation on 12 of 14")
+    assert sentences.phrase(c, fast).startswith("StiefelAdam faster than AdamW to reach 95% validation on 12 of 14")
 
 
 def test_the_papers_number_outside_the_interval_is_said_even_when_not_resolved():
@@ -52,11 +52,11 @@ def test_the_papers_number_outside_the_interval_is_said_even_when_not_resolved()
     v = verdict(c, r)
     assert v["status"] == "not resolved"
     assert v["verdict"].endswith("the paper's +35.90 lies outside this interval")
-    text = words.phrase(c, v)
+    text = sentences.phrase(c, v)
     assert text.startswith("no gap like the paper's 35.9 points: StiefelAdam ahead of AdamW on 4 and behind on 4")
     assert words.gist(r, 35.9) == "no gap like the paper's 35.9 points"
     inside = verdict(claim(paper_value=0.1), r)  # the paper's number inside the interval: nothing to add
-    assert "outside" not in inside["verdict"] and words.phrase(claim(paper_value=0.1), inside).startswith(
+    assert "outside" not in inside["verdict"] and sentences.phrase(claim(paper_value=0.1), inside).startswith(
         "no clear difference")
 
 
@@ -66,20 +66,20 @@ def test_a_smaller_effect_names_the_papers_number_and_the_short_form_leaves_it_t
              higher_is_better=True)
     v = verdict(c, r)
     assert v["status"] == "smaller effect"
-    assert words.phrase(c, v) == ("StiefelAdam ahead of AdamW on 8 of 8 seeds, by 2.4 points of test accuracy "
+    assert sentences.phrase(c, v) == ("StiefelAdam ahead of AdamW on 8 of 8 seeds, by 2.4 points of test accuracy "
                                   "on average, not the paper's 9.0")
-    assert words.phrase(c, v, short=True) == "StiefelAdam ahead on 8 of 8 seeds, by 2.4 points"  # the claim names AdamW
+    assert sentences.phrase(c, v, short=True) == "StiefelAdam ahead on 8 of 8 seeds, by 2.4 points"  # the claim names AdamW
 
 
 def test_the_change_of_a_gap_reads_wider_or_narrower():
     c = claim()
     r = row([-4.0, -3.5, -4.5, -4.2, -3.9, -4.1], arm="A1", baseline="A0", unit="pp", higher_is_better=True,
             label="(A1 − A0) at 50,000 − at 5,000 images")
-    assert words.phrase(c, verdict(c, r)).startswith(
+    assert sentences.phrase(c, verdict(c, r)).startswith(
         "StiefelAdam's lead over AdamW narrower at 50,000 than at 5,000 images on 6 of 6 seeds")
     r = row([4.0, 3.5, 4.5, 4.2, 3.9, 4.1], arm="A1", baseline="A0", unit="pp", higher_is_better=True,
             label="(A1 − A0) at 50,000 − at 5,000 images")
-    assert "lead over AdamW wider at 50,000" in words.phrase(c, verdict(c, r))
+    assert "lead over AdamW wider at 50,000" in sentences.phrase(c, verdict(c, r))
 
 
 def test_fresh_seeds_that_do_not_hold_make_the_headline_not_confirmed():
@@ -88,25 +88,25 @@ def test_fresh_seeds_that_do_not_hold_make_the_headline_not_confirmed():
     v = verdict(c, row(SLOWER))
     fresh = row([100.0, -50.0, 80.0, -20.0, 60.0, 10.0])
     v["confirmation"] = {"status": "not confirmed", "rows": [fresh], "text": "..."}
-    assert words.confirmed_word(v) == "not confirmed"
-    assert words.sentence(c, v).endswith("; 6 fresh seeds did not confirm it.")
+    assert sentences.confirmed_word(v) == "not confirmed"
+    assert sentences.sentence(c, v).endswith("; 6 fresh seeds did not confirm it.")
     v["confirmation"] = {"status": "pending", "rows": [row([100.0, 50.0, 80.0])], "text": "..."}
-    assert words.confirmed_word(v) == "too few fresh seeds"
-    assert words.sentence(c, v).endswith("; 3 fresh seeds so far, too few to confirm it.")
+    assert sentences.confirmed_word(v) == "too few fresh seeds"
+    assert sentences.sentence(c, v).endswith("; 3 fresh seeds so far, too few to confirm it.")
     v["confirmation"] = {"status": "pending", "rows": [{**fresh, "n": 0}], "text": "..."}
-    assert words.confirmed_word(v) == "not re-run"
+    assert sentences.confirmed_word(v) == "not re-run"
     v["confirmation"] = {"status": "confirmed", "rows": [fresh], "text": "..."}
-    assert words.confirmed_word(v) == "confirmed" and words.sentence(c, v).endswith("; confirmed on 6 fresh seeds.")
+    assert sentences.confirmed_word(v) == "confirmed" and sentences.sentence(c, v).endswith("; confirmed on 6 fresh seeds.")
     open_ = verdict(c, row([1.0, -1.0, 2.0]))
     open_["confirmation"] = {"status": "pending", "rows": [], "text": ""}
-    assert words.confirmed_word(open_) == ""  # nothing resolved, nothing to confirm
+    assert sentences.confirmed_word(open_) == ""  # nothing resolved, nothing to confirm
 
 
 def test_pairs_made_on_two_machines_are_said_in_the_sentence():
     c = claim()
     r = row(SLOWER)
     r["two_machines"] = [5, 6, 7]
-    assert words.sentence(c, verdict(c, r)).endswith("; 3 of its 14 pairs ran on two different machines.")
+    assert sentences.sentence(c, verdict(c, r)).endswith("; 3 of its 14 pairs ran on two different machines.")
 
 
 @pytest.mark.parametrize("gmean, want", [(48.0, "48x smaller"), (0.25, "4x larger")])
@@ -114,7 +114,7 @@ def test_a_ratio_says_which_steps_are_smaller(gmean, want):
     c = claim("ratio", paper_range=(24.0, 40.0))
     r = {"label": "A0's Q/K step / A1's", "gmean": gmean, "ci": (gmean * 0.9, gmean * 1.1), "n": 6, "ratio": True,
          "arm": "A1", "baseline": "A0"}
-    text = words.phrase(c, {"status": "mixed", "verdict": "", "primary": [r]})
+    text = sentences.phrase(c, {"status": "mixed", "verdict": "", "primary": [r]})
     assert text == f"StiefelAdam's steps {want} than AdamW's; the paper: 24-40x smaller"
 
 
@@ -218,4 +218,4 @@ def test_a_family_confirmed_on_different_fresh_seeds_gives_each_its_count():
              "arm": "A1", "baseline": "A0"} for where, n in (("both at lr 1e-3", 6), ("each at its best lr", 2))]
     v = {"status": "mixed", "verdict": "", "primary": rows,
          "confirmation": {"status": "confirmed", "rows": rows, "text": "..."}}
-    assert words.fresh_text(v) == "confirmed on fresh seeds (6 for both at lr 1e-3, 2 for each at its best lr)"
+    assert sentences.fresh_text(v) == "confirmed on fresh seeds (6 for both at lr 1e-3, 2 for each at its best lr)"

@@ -18,8 +18,8 @@ from stiefel_mini.evidence import compare, runs
 from stiefel_mini.evidence.claims import CLAIMS, LM_CLAIMS, Claim, Comparison
 from stiefel_mini.evidence.confirm import confirmation
 from stiefel_mini.evidence.measure import compute
-from stiefel_mini.evidence.words import (confirmed_word, family_status, phrase, regime_of, regime_statuses, sentence,
-                                         sure_text)
+from stiefel_mini.evidence.sentences import confirmed_word, phrase, sentence
+from stiefel_mini.evidence.words import family_status, regime_of, regime_statuses, sure_text
 from stiefel_mini.experiments.stats import holm_tarone
 
 __all__ = ["evaluate", "verdicts", "questions", "across_claims", "as_data"]
@@ -34,7 +34,7 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
     :func:`~stiefel_mini.evidence.measure.compute` row with its ``role``: the primaries corrected as one
     family, each secondary judged by its own test alone (shown, not corrected); ``phrase`` and
     ``sentence`` say the verdict in plain words, ``confirmed`` what fresh seeds said of it
-    (:func:`stiefel_mini.evidence.words.confirmed_word`) and ``regime_status`` a ratio family's
+    (:func:`stiefel_mini.evidence.sentences.confirmed_word`) and ``regime_status`` a ratio family's
     status regime by regime.
     """
     root = None if root is None else Path(root)

@@ -16,7 +16,8 @@ from pathlib import Path
 from stiefel_mini.evidence import compare, runs
 from stiefel_mini.evidence.claims import Comparison, claim
 from stiefel_mini.evidence.measure import compute
-from stiefel_mini.evidence.words import arm_name, flip, fresh_text, gist, judged, plain_regime, row_phrase, versus
+from stiefel_mini.evidence.sentences import flip, fresh_text, versus
+from stiefel_mini.evidence.words import arm_name, gist, judged, plain_regime, row_phrase
 
 __all__ = ["TASKS", "scale", "tally", "language_model", "bottom_line", "advice"]
 
@@ -139,7 +140,7 @@ def _lm_rows(q: dict) -> dict[tuple[str, str], dict]:
 def language_model(q: dict, root: str | Path | None = None) -> str:
     """The language-model question (:func:`stiefel_mini.evidence.judge.questions`) in one sentence:
     the scale, Muon against AdamW and against StiefelAdam, and the declared comparison, StiefelAdam
-    against AdamW, each from its own row (:func:`~stiefel_mini.evidence.words.versus`)."""
+    against AdamW, each from its own row (:func:`~stiefel_mini.evidence.sentences.versus`)."""
     rows = _lm_rows(q)
     task = next(iter(scale([q], root)["tasks"]), None)
     if not rows or task is None:

@@ -17,7 +17,8 @@ import re
 from typing import Iterable
 
 from stiefel_mini.evidence.plain import bottom_line, scale
-from stiefel_mini.evidence.words import effect_text, fresh_text, number_text, plain_regime, sure_text
+from stiefel_mini.evidence.sentences import fresh_text
+from stiefel_mini.evidence.words import effect_text, number_text, plain_regime, sure_text
 
 __all__ = ["summary_html", "legend_html", "bottom_line_html", "scale_note_html", "ledger_html", "title",
            "APPENDIX", "SHORT_TITLES", "advice_html", "codes_html", "box_html", "details_html", "table_html", "word_html",
@@ -100,7 +101,7 @@ def _verdict_cell(v: dict) -> str:
 def summary_html(vs: list[dict], prefix: str = "") -> str:
     """The intro's table: claim (linked to its chapter's box) | the paper's number | what this book found:
     the verdict word, the result in plain words (``short_phrase``) and, after it, what fresh seeds said
-    where they did not confirm it (:func:`~stiefel_mini.evidence.words.fresh_text`).
+    where they did not confirm it (:func:`~stiefel_mini.evidence.sentences.fresh_text`).
 
     One short row per claim; the full verdict and how sure it is are in the chapter's box
     (:func:`box_html`) and in the appendix, from the same verdict dicts.
