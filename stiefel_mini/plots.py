@@ -306,13 +306,14 @@ def forest(vs: Sequence[dict], width: float = 6.2):
 
     ``vs``: the verdicts of :func:`stiefel_mini.evidence.verdicts`. One row per primary comparison
     with paired seeds (a family: one row per member): a dot at the mean and a bar over the 95% t
-    interval, a diamond at the paper's value where the paper gives one (a claimed range, for the
-    step ratio: a band); the panels are points (pp), steps, and ratios (log scale). A censored row
+    interval, arms by name, a diamond at the paper's value where the paper gives one (a claimed range, for
+    the step ratio: a band); the panels are points (pp), steps, and ratios (log scale). A censored row
     without a mean is left out. Returns the figure.
     """
     import matplotlib.pyplot as plt
 
     from stiefel_mini.evidence import claim as claim_of
+    from stiefel_mini.evidence.sentences import FIGURE_NAMES, figure_name
 
     units: dict[str, list[tuple[str, dict, Any]]] = {"pp": [], "steps": [], "x": []}
     for v in vs:
@@ -320,9 +321,9 @@ def forest(vs: Sequence[dict], width: float = 6.2):
         for r in v["primary"]:
             if not r["n"] or (not r.get("ratio") and r["mean"] is None):
                 continue
-            label = c.short or c.claim
+            label = figure_name(c.short or c.claim)  # a family's rows: a ratio's regime, else the variant
             if len(v["primary"]) > 1:
-                label = f"{label}: {r['label'].split(' (')[0].split(', ', 1)[-1]}"
+                label += f": {r['label'].split(', ', 1)[-1]}" if r.get("ratio") else f": vs {FIGURE_NAMES[r['baseline']]}"
             units["x" if r.get("ratio") else r["unit"]].append((label, r, c))
     units = {u: rows for u, rows in units.items() if rows}
     titles = {"pp": "difference, percentage points", "steps": "difference, steps", "x": "ratio (log scale)"}

@@ -182,10 +182,12 @@ def test_mechanism_takes_its_primary_from_the_frame_lr_1_study_when_present(tmp_
 def test_a_row_shown_on_its_own_gives_its_own_p_when_its_test_can_reach_the_level(tmp_path):
     fitted(tmp_path, 8, 8, gain=2.5, cost=1.9)
     sec = {r["label"]: r for r in by_key(tmp_path)["cifar_gain"]["secondary"]}
-    qk = sec["QK-norm − A0"]  # uncorrected (secondary), 8 paired seeds
-    assert qk["n"] == 8 and not qk["testable"]
+    qk = sec["QK-norm − A0"]  # a secondary, 8 paired seeds: judged by its own test, not corrected
+    assert qk["n"] == 8 and qk["testable"] and qk["role"] == "secondary" and qk["p_holm"] == qk["p"]
+    assert qk["family"] == 1 and qk["resolved"] == (qk["p"] <= 0.05)
     text = evidence.sure_text(qk, 1)
     assert text == f"exact sign test, {qk['wins']}/8 wins, p = {qk['p']:.2g}" and "too few" not in text
+    assert "too few" not in evidence.words.row_phrase(qk) and "shown, not corrected" in evidence.words.row_phrase(qk)
     assert evidence.sure_text({**qk, "n": 3, "n_test": 3, "p_min": 0.25, "p": 0.25, "wins": 3}, 1).endswith(
         "too few seeds for 0.05")
 
@@ -392,6 +394,31 @@ def test_holm_across_the_claims_counts_only_the_testable_primaries():
     assert "a: p = 0.004 → 0.008, resolved; b: p = 0.03 → 0.03, resolved." in out["text"]
 
 
+def test_holm_across_the_claims_takes_a_familys_own_holm_p_not_an_untestable_rows_p():
+    # a family of three: two rows of 3 seeds (p 0.25, untestable) and one of 8 seeds (p 0.29 after
+    # the family's Holm over its one testable row): the claim's p is 0.29, and it can reach 0.05
+    fam = [{"ratio": False, "n": 3, "p": 0.25, "p_min": 0.25, "p_holm": None, "testable": False},
+           {"ratio": False, "n": 8, "p": 0.289, "p_min": 2 ** -7, "p_holm": 0.289, "testable": True},
+           {"ratio": False, "n": 3, "p": 1.0, "p_min": 0.25, "p_holm": None, "testable": False}]
+    vs = [{"key": "a", "claim": "a", "status": "contradicted",
+           "primary": [{"ratio": False, "n": 14, "p": 0.00012, "p_min": 2 ** -13, "p_holm": 0.00012,
+                        "testable": True}]},
+          {"key": "m", "claim": "m", "status": "not resolved", "primary": fam}]
+    out = evidence.across_claims(vs)
+    a, m = out["claims"]
+    assert m["p"] == pytest.approx(0.289) and m["testable"] and out["n_testable"] == 2
+    assert a["p_holm"] == pytest.approx(0.00024) and m["p_holm"] == pytest.approx(0.289)
+
+
+def test_committed_holm_across_the_claims_runs_over_six():
+    out = evidence.across_claims(evidence.verdicts())
+    got = {c["key"]: c for c in out["claims"]}
+    assert out["n_testable"] == 6
+    assert got["mechanism"]["p"] == pytest.approx(0.289, abs=1e-3)
+    assert got["cifar_gain"]["p_holm"] == pytest.approx(6 * 2 ** -13) == got["freezing"]["p_holm"]
+    assert f"{got['cifar_widens']['p_holm']:.2g}" == "0.016" and f"{got['grokking_sooner']['p_holm']:.2g}" == "0.039"
+
+
 def test_the_readers_questions_are_shown_but_stay_out_of_the_papers_family():
     from bs4 import BeautifulSoup
 
@@ -405,3 +432,29 @@ def test_the_readers_questions_are_shown_but_stay_out_of_the_papers_family():
     table = BeautifulSoup(evidence.summary_html(evidence.verdicts() + qs), "html.parser")
     row = table.select_one("tr[data-claim='lm_gain']")
     assert row is not None and "Language model" in row.get_text()
+
+
+def test_the_intro_answer_names_the_language_model_and_muon_from_their_rows():
+    vs, qs = evidence.verdicts(), evidence.questions()
+    text = " ".join(evidence.plain.bottom_line(vs, questions=qs))
+    rows = {(r["arm"], r["baseline"]): r for r in qs[0]["primary"] + qs[0]["secondary"] if r.get("unit") == "bpb"}
+    muon, vs_muon = rows[("muon", "adamw")], rows[("stiefel", "muon")]
+    assert f"Muon was {abs(muon['mean']):.3f} bits per byte ahead of AdamW on {muon['wins']} of 8 seeds" in text
+    assert f"{abs(vs_muon['mean']):.3f} bits per byte ahead of StiefelAdam on {vs_muon['losses']} of 8 seeds" in text
+    assert "1.6M training tokens" in text and "width 256" in text
+    assert "for a small language model try Muon first" in text
+    counted = evidence.plain.tally(vs)
+    assert f"Of the paper's {len(vs)} claims" in counted and "none of" not in counted.lower()
+    advice = evidence.plain.advice(vs + qs)
+    assert advice[-1]["try"].startswith("Muon") and "not corrected" in advice[-1]["measured"]
+
+
+def test_the_intros_list_of_claims_is_the_verdicts_list():
+    import re
+
+    nb = nbformat.read(ROOT / "book" / "intro.ipynb", 4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    listed = re.findall(r"^(\d+)\. \*\*", text.split("## The claims this book will test")[1].split("## ")[0], re.M)
+    assert [int(i) for i in listed] == list(range(1, len(evidence.CLAIMS) + 1))
+    words = {9: "nine"}
+    assert f"Which of the {words[len(evidence.CLAIMS)]} claims" in text

@@ -155,3 +155,41 @@ def test_each_declaring_commit_holds_its_claim():
         src = subprocess.run(["git", "show", f"{c.declared}:stiefel_mini/evidence/claims.py"], cwd=ROOT,
                              capture_output=True, text=True, check=True, timeout=10).stdout
         assert f'"{c.key}"' in src and c.primaries[0][0].files[0] in src, c.key
+
+
+def test_fresh_seeds_that_could_decide_and_do_not_leave_the_primary_not_confirmed(tmp_path):
+    # resolved on 18 seeds (15 wins); fresh seeds 12-17 (6: the sign test can reach 0.03) split 3 and 3
+    write_ledger(tmp_path, {"ceb61dd" + "0" * 33: T0})
+    before, after = "2026-12-01T20:00:00+00:00", "2026-12-02T02:00:00+00:00"
+    _fitted(tmp_path, {**{s: before for s in range(12)}, **{s: after for s in range(12, 18)}})
+    runs = json.loads((tmp_path / "results/cifar/r2_fitted.json").read_text())["runs"]
+    for r in runs:
+        if r["arm"] == "A1" and r["seed"] >= 12 and r["seed"] % 2:
+            r["test_acc"] -= 0.05  # fresh seeds: 3 ahead, 3 behind
+    write(tmp_path, "cifar/r2_fitted.json", runs, SETTINGS)
+    v = {v["key"]: v for v in evidence.verdicts(tmp_path)}["cifar_gain"]
+    assert v["status"] == "smaller effect"
+    assert v["confirmation"]["status"] == "not confirmed", v["confirmation"]["text"]
+    assert v["confirmed"] == "not confirmed" and v["sentence"].endswith("; 6 fresh seeds did not confirm it.")
+
+
+def test_a_run_that_records_no_cpu_is_placed_by_its_own_sweep_not_the_files_latest():
+    payload = {"provenance": {"git_commit": "cccc333", "timestamp_utc": "2026-12-03T00:00:00+00:00",
+                              "command": "/work/venv/bin/python -m x", "cpu": {"model": "New", "capability": "AVX512"}},
+               "provenance_previous": [
+                   {"git_commit": "aaaa111", "timestamp_utc": "2026-12-01T09:00:00+00:00", "command": "/old/py -m x"},
+                   {"git_commit": "bbbb222", "timestamp_utc": "2026-12-02T09:00:00+00:00",
+                    "command": "/work/venv/bin/python -m x"}]}
+    assert ledger.run_machine({"git_commit": "aaaa111"}, payload) == "interpreter /old/py"
+    # its interpreter's later sweep recorded the CPU it ran on
+    assert ledger.run_machine({"git_commit": "bbbb222"}, payload) == "New (AVX512)"
+    assert ledger.run_machine({"git_commit": "cccc333"}, payload) == "New (AVX512)"
+    assert ledger.run_machine({"git_commit": "dddd444"}, payload) is None  # nothing recorded: unknown
+
+
+def test_committed_freezing_pairs_across_two_machines_are_flagged():
+    v = {v["key"]: v for v in evidence.verdicts()}["freezing"]
+    row = v["primary"][0]
+    assert row["two_machines"] == [5, 6, 7]
+    assert "3 of 14 pairs made on two machines" in v["sure"]
+    assert "3 of its 14 pairs ran on two different machines" in v["sentence"]

@@ -196,3 +196,17 @@ def test_logit_growth_figure_draws_each_arms_seed_means_against_its_own_lr(narro
     with pytest.raises(ValueError, match="no lr curve for arms"):
         plots.logit_growth_figure(curves, {"A5": "frozen"})
     plt.close("all")
+
+
+def test_the_forest_names_every_arm_and_shows_no_code():
+    import re
+
+    import matplotlib.pyplot as plt
+
+    from stiefel_mini import evidence, plots
+
+    fig = plots.forest(evidence.verdicts())
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+    plt.close(fig)
+    assert labels and not [lab for lab in labels if re.search(r"\bA\d\b|stiefel_|_learned", lab)], labels
+    assert any("vs element-wise moment" in lab for lab in labels) and any("StiefelAdam − AdamW" in lab for lab in labels)

@@ -8,6 +8,8 @@ One layer computes every p-value and verdict that the book shows:
 - :mod:`stiefel_mini.evidence.claims`: the claims, each with its primary comparison declared in code;
 - :mod:`stiefel_mini.evidence.measure`: a declared comparison computed from the files (:func:`compute`);
 - :mod:`stiefel_mini.evidence.words`: the verdict-word rules, technical and plain, in one place;
+- :mod:`stiefel_mini.evidence.sentences`: a verdict's phrase and sentence, what fresh seeds said of it,
+  and the arms' short names in a figure;
 - :mod:`stiefel_mini.evidence.confirm`: a primary judged again on the runs that can confirm it;
 - :mod:`stiefel_mini.evidence.judge`: :func:`verdicts`, each with its confirmation,
   :func:`across_claims` (Holm across the claims' primaries) and :func:`questions` (the reader's

@@ -24,8 +24,9 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
     Those runs (:func:`confirming`) started after the declaring commit ``c.declared`` (its time from
     the ledger) on seeds no choice was made on. The family is computed on them only and judged like
     the primary; the claim is ``"confirmed"`` only when that gives the primary's verdict ``status``
-    and resolves, ``"not confirmed"`` when it resolves otherwise, ``"pending"`` when it does not
-    resolve (``text`` says what n it would need) or no such run exists. Returns ``{"status",
+    and resolves, ``"not confirmed"`` when it resolves otherwise or when fresh seeds enough to reach the
+    level do not resolve it, ``"pending"`` when too few fresh seeds to reach the level ran (``text``
+    says what n it would need) or no such run exists. Returns ``{"status",
     "text", "commit", "time", "rows", "seeds", "two_machines", "runs"}``, ``runs`` counting
     the runs of the family's arms that started after the declaration on unchosen seeds (``after``),
     that did not (``before``), and that started after it on a seed a choice was made on.
@@ -85,6 +86,10 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
         return out
     if fresh == status and fresh not in ("not resolved", "not tested yet"):
         out.update(status="confirmed", text=f"{day}; confirmed on {runs_text} alone: {words}")
+    elif (fresh in ("not resolved", "not tested yet") and status not in ("not resolved", "not tested yet")
+          and any(r["n"] and not r["ratio"] and r["testable"] for r in rows)):
+        # fresh seeds enough to decide, and they did not: the primary is not confirmed (not "pending")
+        out.update(status="not confirmed", text=f"{day}; on {runs_text} alone: {words}, not the primary's verdict")
     elif fresh in ("not resolved", "not tested yet"):
         out.update(status="pending", text=f"{day}; on {runs_text} alone: {words}: confirmation pending"
                                           + ("" if "would resolve" in words or best["ratio"] else needed_text(best)))

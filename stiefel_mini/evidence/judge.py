@@ -18,7 +18,8 @@ from stiefel_mini.evidence import compare, runs
 from stiefel_mini.evidence.claims import CLAIMS, LM_CLAIMS, Claim, Comparison
 from stiefel_mini.evidence.confirm import confirmation
 from stiefel_mini.evidence.measure import compute
-from stiefel_mini.evidence.words import confirmed_word, family_status, phrase, regime_of, sentence, sure_text
+from stiefel_mini.evidence.sentences import confirmed_word, phrase, sentence
+from stiefel_mini.evidence.words import family_status, regime_of, regime_statuses, sure_text
 from stiefel_mini.experiments.stats import holm_tarone
 
 __all__ = ["evaluate", "verdicts", "questions", "across_claims", "as_data"]
@@ -29,9 +30,12 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
 
     Returns ``{"key", "claim", "paper", "chapter", "anchor", "status", "verdict", "sure",
     "primary": [rows], "secondary": [rows], "confirmation": {...}, "declared", "scale_note", "phrase",
-    "short_phrase", "sentence", "confirmed"}``; every row is a :func:`~stiefel_mini.evidence.measure.compute` row, the
-    primaries corrected as one family; ``phrase`` and ``sentence`` say the verdict in plain words and
-    ``confirmed`` what fresh seeds said of it (:func:`stiefel_mini.evidence.words.confirmed_word`).
+    "short_phrase", "sentence", "confirmed", "regime_status"}``; every row is a
+    :func:`~stiefel_mini.evidence.measure.compute` row with its ``role``: the primaries corrected as one
+    family, each secondary judged by its own test alone (shown, not corrected); ``phrase`` and
+    ``sentence`` say the verdict in plain words, ``confirmed`` what fresh seeds said of it
+    (:func:`stiefel_mini.evidence.sentences.confirmed_word`) and ``regime_status`` a ratio family's
+    status regime by regime.
     """
     root = None if root is None else Path(root)
     out: dict[str, Any] = {"key": c.key, "claim": c.claim, "paper": c.paper, "chapter": c.chapter,
@@ -47,7 +51,13 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
     declared_first = bool(c.primaries) and family == c.primaries[0]
     prim = [compute(comp, root) for comp in family]
     compare.correct([r for r in prim if not r["ratio"]])
+    for r in prim:
+        r["role"] = "primary"
     sec = [compute(comp, root) for comp in c.secondary]
+    for r in sec:  # shown, not corrected: each judged by its own test alone
+        if not r["ratio"]:
+            compare.correct([r])
+        r["role"] = "secondary"
     shown = {(r["label"], r["regime"]) for r in prim}
     out["primary"] = prim
     out["secondary"] = [r for r in sec if r["n"] and (r["label"], r["regime"]) not in shown]
@@ -69,7 +79,7 @@ def evaluate(c: Claim, root: str | Path | None = None) -> dict:
         out["sure"] = sure_text(prim[0], 1)
     if not declared_first:
         out["sure"] += f"; the declared primary ({c.primaries[0][0].regime}) has no run yet"
-    out.update(status=status, verdict=verdict)
+    out.update(status=status, verdict=verdict, regime_status=regime_statuses(c, prim))
     out["confirmation"] = confirmation(c, family, status, root)
     return _plain(c, out)
 
@@ -82,18 +92,21 @@ def _plain(c: Claim, out: dict) -> dict:
 
 
 def across_claims(vs: list[dict], alpha: float = compare.ALPHA) -> dict:
-    """Holm's correction across the claims: each claim's primary p (a family's smallest Holm p),
-    over the claims whose primary can reach ``alpha`` (Tarone); ratio and design claims have no test.
+    """Holm's correction across the claims: each claim's primary p, over the claims whose primary can
+    reach ``alpha`` (Tarone); ratio and design claims have no test.
 
-    Returns ``{"claims": [{"key", "p", "p_holm", "resolved"}], "family", "n_testable", "text"}``.
+    A claim's primary p is its family's: the smallest Holm p of the rows that can reach ``alpha``
+    (a family of one: its p), or, when none can, its smallest p (then the claim cannot reach it
+    either). Returns ``{"claims": [{"key", "p", "p_holm", "resolved"}], "family", "n_testable", "text"}``.
     """
     items = []
     for v in vs:
         rows = [r for r in v["primary"] if not r.get("ratio") and r["n"]]
         if not rows or v["status"] == "by construction":
             continue
-        best = min(rows, key=lambda r: r["p_holm"] if r.get("p_holm") is not None else r["p"])
-        p = best["p_holm"] if best.get("p_holm") is not None else best["p"]
+        testable = [r for r in rows if r.get("testable") and r.get("p_holm") is not None]
+        best = min(testable, key=lambda r: r["p_holm"]) if testable else min(rows, key=lambda r: r["p"])
+        p = best["p_holm"] if testable else best["p"]
         items.append({"key": v["key"], "claim": v["claim"], "p": p, "p_min": best["p_min"]})
     res = holm_tarone([i["p"] for i in items], [i["p_min"] for i in items], alpha)
     for i, t, adj, rej in zip(items, res["testable"], res["adjusted"], res["reject"]):

@@ -13,9 +13,10 @@ started and on which machine, from what its file records:
   invocation of a sweep in its file that ran at the run's commit, and never before that commit was
   made. Both are lower bounds, so a run counts as "after" a declaration only when it surely was.
 - **machine**: the run's ``cpu`` record (model name and the ISA level torch dispatched to); for older
-  files, the interpreter its sweep recorded (``results/README.md`` says which interpreter ran on which
-  CPU). A pair whose two runs name different machines is marked: their difference holds the rounding
-  of two CPUs as well as the arms'.
+  runs, the CPU or else the interpreter that the sweep at its commit recorded, an interpreter placed
+  on the CPU its other sweeps in the file recorded (``results/README.md`` says which interpreter ran
+  on which CPU); never the file's latest CPU. A pair whose two runs name different machines is
+  marked: their difference holds the rounding of two CPUs as well as the arms'.
 
 Commit times come from git and are kept in the small committed file ``results/ledger.json``
 (``python -m stiefel_mini.evidence --write-ledger`` rewrites it from the repository), so the book builds from
@@ -109,17 +110,34 @@ def run_start(run: dict, payload: dict, times: dict[str, str]) -> tuple[_dt.date
     return (made, "commit") if made else (None, "unknown")
 
 
+def _cpu(cpu: dict) -> str:
+    return f"{cpu.get('model')} ({cpu.get('capability')})"
+
+
 def run_machine(run: dict, payload: dict) -> str | None:
-    """The machine ``run`` computed on: ``"<cpu model> (<ISA level>)"`` where the run (or, failing
-    that, its file's provenance) records ``cpu``; else ``"interpreter <path>"`` of the sweeps that
-    ran at its commit, if they agree; else ``None``."""
-    cpu = run.get("cpu") or (payload.get("provenance") or {}).get("cpu")
-    if cpu:
-        return f"{cpu.get('model')} ({cpu.get('capability')})"
+    """The machine ``run`` computed on, from what its own run and sweep record, never from the file's
+    latest sweep (which may have run elsewhere):
+
+    1. the run's ``cpu``: ``"<cpu model> (<ISA level>)"``;
+    2. else the ``cpu`` the sweeps at its commit recorded, if they agree;
+    3. else the interpreter of those sweeps, if they agree: the CPU that another sweep of the file with
+       the same interpreter recorded, if all such agree, else ``"interpreter <path>"``;
+    4. else ``None`` (unknown).
+    """
+    if run.get("cpu"):
+        return _cpu(run["cpu"])
     commit = run.get("git_commit") or ""
-    interp = {p["command"].split()[0] for p in invocations(payload)
-              if p.get("command") and p.get("git_commit", "").startswith(commit[:7] or "-")}
-    return f"interpreter {interp.pop()}" if len(interp) == 1 else None
+    sweeps = invocations(payload)
+    mine = [p for p in sweeps if commit and p.get("git_commit", "").startswith(commit[:7])]
+    cpus = {_cpu(p["cpu"]) for p in mine if p.get("cpu")}
+    if len(cpus) == 1:
+        return cpus.pop()
+    interp = {p["command"].split()[0] for p in mine if p.get("command")}
+    if len(interp) != 1:
+        return None
+    path = interp.pop()
+    known = {_cpu(p["cpu"]) for p in sweeps if p.get("cpu") and p.get("command", "").split()[:1] == [path]}
+    return known.pop() if len(known) == 1 else f"interpreter {path}"
 
 
 def _git_time(commit: str, repo: Path) -> tuple[str, str] | None:

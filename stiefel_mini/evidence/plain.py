@@ -16,19 +16,24 @@ from pathlib import Path
 from stiefel_mini.evidence import compare, runs
 from stiefel_mini.evidence.claims import Comparison, claim
 from stiefel_mini.evidence.measure import compute
-from stiefel_mini.evidence.words import arm_name, gist, plain_regime, row_phrase
+from stiefel_mini.evidence.sentences import flip, fresh_text, versus
+from stiefel_mini.evidence.words import arm_name, gist, judged, plain_regime, row_phrase
 
-__all__ = ["TASKS", "scale", "tally", "bottom_line", "advice"]
+__all__ = ["TASKS", "scale", "tally", "language_model", "bottom_line", "advice"]
 
 TASKS = {"cifar": "CIFAR-10 images", "grokking": "grokking modular addition",
          "language_model": "a language model on State of the Union addresses"}
 """Each experiment chapter's task, for a reader (a chapter not listed is named by its file)."""
 
 _COUNTED = {"reproduced": "held as stated", "smaller effect": "held with a smaller effect",
-            "larger effect": "held with a larger effect", "mixed": "held in one regime only",
+            "larger effect": "held with a larger effect", "mixed": "went different ways in different regimes",
             "partly reproduced": "partly held", "contradicted": "were contradicted",
             "not resolved": "are undecided", "not tested yet": "are not tested yet",
-            "by construction": "are true by definition"}
+            "by construction": "are true by construction"}
+"""How :func:`tally` counts each status; a ``mixed`` claim one of whose regimes held is counted as
+"held in one regime only"."""
+_ONE = {"were contradicted": "was contradicted", "are undecided": "is undecided", "are not tested yet":
+        "is not tested yet", "went different ways in different regimes": "went different ways in different regimes"}
 
 
 def _model(settings: dict) -> str:
@@ -41,10 +46,12 @@ def _model(settings: dict) -> str:
 
 
 def scale(vs: list[dict], root: str | Path | None = None) -> dict:
-    """What was tried: ``{"tasks": [{"chapter", "task", "model", "width", "runs"}], "cores": [..], "gpu": bool}``.
+    """What was tried: ``{"tasks": [{"chapter", "task", "model", "width", "tokens", "runs"}], "cores": [..],
+    "gpu": bool}``.
 
     Per chapter with a tested primary: its task (:data:`TASKS`), the model of its primary's first
-    file (``settings`` or ``base_config``) and how many runs that file holds; ``cores``: the CPU core
+    file (``settings`` or ``base_config``), the tokens each run trains on (a language model's steps x
+    batch x context, else ``None``) and how many runs that file holds; ``cores``: the CPU core
     counts the files' provenance records; ``gpu``: whether any of them ran on CUDA.
     """
     tasks, cores, gpu = {}, set(), False
@@ -57,22 +64,38 @@ def scale(vs: list[dict], root: str | Path | None = None) -> dict:
         cores.add(prov.get("cpu_count"))
         gpu = gpu or "cuda" in str(prov.get("device", "")).lower()
         if v["chapter"] not in tasks:
+            cfg = res.get("settings") or res.get("base_config") or {}
+            tokens = cfg["steps"] * cfg["batch_size"] * cfg["context"] if "context" in cfg else None
             tasks[v["chapter"]] = {"chapter": v["chapter"], "task": TASKS.get(v["chapter"], v["chapter"].replace("_", " ")),
-                                   "model": _model(res.get("settings") or res.get("base_config") or {}),
-                                   "width": (res.get("settings") or res.get("base_config") or {}).get("d_model"),
+                                   "model": _model(cfg), "width": cfg.get("d_model"), "tokens": tokens,
                                    "runs": len(res["runs"])}
     return {"tasks": list(tasks.values()), "cores": sorted(c for c in cores if c), "gpu": gpu}
 
 
 def tally(vs: list[dict]) -> str:
-    """``"None of the paper's 9 claims held as stated; 1 held with a smaller effect, 3 were
-    contradicted"``: the resolved verdicts counted (the table beside it gives the others)."""
-    count = Counter(v["status"] for v in vs)
-    held = count.get("reproduced", 0)
-    out = f"{'None' if not held else held} of the paper's {len(vs)} claims held as stated"
-    more = [f"{count[s]} {_COUNTED[s].replace('were ', 'was ') if count[s] == 1 else _COUNTED[s]}"
-            for s in ("smaller effect", "larger effect", "mixed", "partly reproduced", "contradicted") if count.get(s)]
-    return out + ("; " + ", ".join(more[:-1]) + (" and " if len(more) > 1 else "") + more[-1] if more else "")
+    """``"Of the paper's 9 claims, 2 are true by construction (checked by tests); of the 7 the runs
+    test, none held as stated: 1 held with a smaller effect, ... and 2 are undecided"``: every verdict
+    counted once, by the status the intro's table shows, those true by construction apart."""
+    def status(v: dict) -> str:
+        if v["status"] == "mixed" and "reproduced" in v.get("regime_status", []):
+            return "held in one regime only"
+        return _COUNTED[v["status"]]
+
+    count = Counter(status(v) for v in vs)
+    design = count.pop(_COUNTED["by construction"], 0)
+    tested = sum(count.values())
+    held = count.pop(_COUNTED["reproduced"], 0)
+    out = f"Of the paper's {len(vs)} claims, "
+    if design:
+        out += (f"{design} {'is' if design == 1 else 'are'} true by construction (checked by tests); of the "
+                f"{tested} the runs test, ")
+    out += f"{held or 'none'} held as stated"
+    order = [_COUNTED[k] for k in ("smaller effect", "larger effect")] + ["held in one regime only"] + [
+        _COUNTED[k] for k in ("mixed", "partly reproduced", "contradicted", "not resolved", "not tested yet")]
+    more = [f"{count[w]} {_ONE.get(w, w) if count[w] == 1 else w}" for w in order if count.get(w)]
+    if not more:
+        return out
+    return out + ": " + ", ".join(more[:-1]) + (" and " if len(more) > 1 else "") + more[-1]
 
 
 def _of(vs: list[dict], key: str) -> dict | None:
@@ -93,6 +116,9 @@ def _against_adamw(vs: list[dict]) -> str:
         text = gist(r, pv, seeds=False)
         if r["resolved"]:
             text = text.replace(" points ", f" points of {what} ", 1)
+            fresh = fresh_text(v)
+            if v.get("confirmed") not in ("", "confirmed", None):
+                text += f" on {max(r['wins'], r['losses'])} of {r['n']} seeds ({fresh})"
             done.setdefault(v["chapter"], []).append(text)
         else:
             open_.setdefault(v["chapter"], []).append(f"{text} in {what}")
@@ -105,21 +131,58 @@ def _against_adamw(vs: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def bottom_line(vs: list[dict], root: str | Path | None = None) -> list[str]:
-    """The intro's bottom line, as sentences: the scale tried, the result against AdamW, the claims
-    that held (:func:`tally`, with what fresh seeds said), and what it means for a reader."""
-    sc = scale(vs, root)
+def _lm_rows(q: dict) -> dict[tuple[str, str], dict]:
+    """The language-model question's paired rows in bits per byte, by ``(arm, baseline)``."""
+    return {(r["arm"], r["baseline"]): r for r in q["primary"] + q["secondary"]
+            if r["n"] and not r.get("ratio") and r.get("unit") == "bpb"}
+
+
+def language_model(q: dict, root: str | Path | None = None) -> str:
+    """The language-model question (:func:`stiefel_mini.evidence.judge.questions`) in one sentence:
+    the scale, Muon against AdamW and against StiefelAdam, and the declared comparison, StiefelAdam
+    against AdamW, each from its own row (:func:`~stiefel_mini.evidence.sentences.versus`)."""
+    rows = _lm_rows(q)
+    task = next(iter(scale([q], root)["tasks"]), None)
+    if not rows or task is None:
+        return ""
+    where = (f"On {task['task']} ({task['model']}" + (f", {task['tokens'] / 1e6:.1f}M training tokens" if task["tokens"]
+                                                     else "") + ")")
+    parts = []
+    muon = rows.get(("muon", "adamw"))
+    if muon:
+        parts.append(versus(muon, "was"))
+    if ("stiefel", "muon") in rows:
+        vs_muon = flip(rows[("stiefel", "muon")])
+        parts.append(versus(vs_muon).removeprefix("Muon ") if muon and judged(vs_muon)[1] else versus(vs_muon, "was"))
+    text = where + ", in validation bits per byte (lower is better), " + " and ".join(parts) if parts else where
+    prim = rows.get(("stiefel", "adamw"))
+    if prim:
+        text += f"; StiefelAdam against AdamW, the comparison declared for it: {row_phrase(prim).split(', a mean gap')[0]}"
+    return text
+
+
+def bottom_line(vs: list[dict], root: str | Path | None = None, questions: list[dict] = ()) -> list[str]:
+    """The intro's bottom line, as sentences: the scale tried, the result against AdamW, the language
+    model's answer (:func:`language_model`, from ``questions``), the claims that held (:func:`tally`,
+    with what fresh seeds said), and what it means for a reader."""
+    sc = scale([*vs, *questions], root)
     cores = " or ".join(f"{c}-core" for c in sc["cores"]) or "an unrecorded"
     widths = sorted({t["width"] for t in sc["tasks"] if t["width"]})
+    tasks = [t["task"] for t in sc["tasks"]]
     out = [f"Tried small, on a {cores} CPU" + ("" if sc["gpu"] else " with no GPU") + ": "
-           f"{' and '.join(t['task'] for t in sc['tasks'])}, with transformers of width {' and '.join(map(str, widths))}."]
+           f"{', '.join(tasks[:-1]) + ' and ' if len(tasks) > 1 else ''}{tasks[-1]}, with transformers of width "
+           f"{', '.join(map(str, widths[:-1])) + ' and ' if len(widths) > 1 else ''}{widths[-1]}."]
     against = _against_adamw(vs)
     if against:
         out.append(f"Against AdamW, {arm_name('A1')} was {against}.")
+    for q in questions:
+        lm = language_model(q, root) if q["chapter"] == "language_model" else ""
+        if lm:
+            out.append(lm + ".")
     out.append(f"{tally(vs)}.")
-    meaning = _meaning(vs)
+    meaning = _meaning([*vs, *questions])
     if meaning:
-        out.append("So " + ", but ".join(meaning) + ".")
+        out.append("So " + ", but ".join(meaning[:2]) + "".join(f"; {m}" for m in meaning[2:]) + ".")
     return out
 
 
@@ -142,6 +205,10 @@ def _meaning(vs: list[dict]) -> list[str]:
     speed = _of(vs, "grokking_sooner")
     if speed and speed["status"] == "contradicted":
         out.append("do not expect it to make a model grok sooner")
+    lm = _of(vs, "lm_gain")
+    muon = _lm_rows(lm).get(("muon", "adamw")) if lm else None
+    if muon and judged(muon)[1] and muon["wins"] > muon["losses"]:
+        out.append("for a small language model try Muon first")
     return out
 
 
@@ -153,7 +220,9 @@ def _row(comp: Comparison, root: str | Path | None) -> dict:
 
 def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
     """Part IV's table: ``[{"situation", "try", "measured", "regime"}]``, each ``measured`` a paired
-    row in plain words (:func:`~stiefel_mini.evidence.words.row_phrase`) or a claim's phrase."""
+    row in plain words (:func:`~stiefel_mini.evidence.words.row_phrase`) or a claim's phrase; with the
+    language-model question among ``vs`` (:func:`stiefel_mini.evidence.judge.questions`), a row for
+    a language model, what to try decided by Muon's row against AdamW."""
     gain, freeze = _of(vs, "cifar_gain"), _of(vs, "freezing")
     out = []
     if gain and gain["primary"]:
@@ -186,4 +255,17 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
                     "try": "plain AdamW" if speed["status"] == "contradicted" else "StiefelAdam",
                     "measured": speed["phrase"] + (f"; at the end, {end['phrase']}" if end else ""),
                     "regime": plain_regime(speed["primary"][0]["regime"])})
+    lm = _of(vs, "lm_gain")
+    rows = _lm_rows(lm) if lm else {}
+    muon, prim = rows.get(("muon", "adamw")), rows.get(("stiefel", "adamw"))
+    if muon and prim:
+        ahead = judged(muon)[1] and muon["wins"] > muon["losses"]
+        vs_muon = rows.get(("stiefel", "muon"))
+        out.append({"situation": "a small language model (GPT-2-like), trained from scratch",
+                    "try": "Muon on the hidden matrices, AdamW on the rest" if ahead else
+                           "AdamW, its lr tuned; measure Muon and StiefelAdam against it",
+                    "measured": "; ".join([row_phrase(muon)] + ([row_phrase(flip(vs_muon))] if vs_muon else [])
+                                          + [f"StiefelAdam against AdamW, the comparison declared for it: "
+                                             f"{row_phrase(prim)}"]),
+                    "regime": plain_regime(prim["regime"])})
     return out

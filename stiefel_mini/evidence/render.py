@@ -17,7 +17,8 @@ import re
 from typing import Iterable
 
 from stiefel_mini.evidence.plain import bottom_line, scale
-from stiefel_mini.evidence.words import effect_text, number_text, sure_text
+from stiefel_mini.evidence.sentences import fresh_text
+from stiefel_mini.evidence.words import effect_text, number_text, plain_regime, sure_text
 
 __all__ = ["summary_html", "legend_html", "bottom_line_html", "scale_note_html", "ledger_html", "title",
            "APPENDIX", "SHORT_TITLES", "advice_html", "codes_html", "box_html", "details_html", "table_html", "word_html",
@@ -89,15 +90,18 @@ def title(v: dict, short: bool = False) -> str:
 
 
 def _verdict_cell(v: dict) -> str:
+    """The verdict word, the result in plain words, then what fresh seeds said, as its own clause (a
+    "not confirmed" read beside "contradicted" once looked like a second verdict)."""
     conf = v.get("confirmed", "")
-    return word_html(v["status"]) + (f" <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(conf)}:</span>"
-                                     if conf in ("not confirmed", "not re-run") else "")
+    fresh = fresh_text(v) if conf in ("not confirmed", "not re-run", "too few fresh seeds") else ""
+    return (word_html(v["status"]) + ("" if v["status"] == "by construction" else f" {_E(v['short_phrase'])}")
+            + (f"; <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(fresh)}</span>" if fresh else ""))
 
 
 def summary_html(vs: list[dict], prefix: str = "") -> str:
     """The intro's table: claim (linked to its chapter's box) | the paper's number | what this book found:
-    the verdict word, "not confirmed" where fresh seeds did not confirm it, and the result in plain
-    words (``short_phrase``).
+    the verdict word, the result in plain words (``short_phrase``) and, after it, what fresh seeds said
+    where they did not confirm it (:func:`~stiefel_mini.evidence.sentences.fresh_text`).
 
     One short row per claim; the full verdict and how sure it is are in the chapter's box
     (:func:`box_html`) and in the appendix, from the same verdict dicts.
@@ -105,8 +109,7 @@ def summary_html(vs: list[dict], prefix: str = "") -> str:
     body = "".join(
         f"<tr data-claim='{_E(v['key'])}'><td data-label='claim'>{_claim_link(v, prefix)}</td>"
         f"<td data-label='paper'>{_E(v['paper'])}</td>"
-        f"<td data-label='this book found'>{_verdict_cell(v)}"
-        + ("" if v["status"] == "by construction" else f" {_E(v['short_phrase'])}") + "</td></tr>" for v in vs)
+        f"<td data-label='this book found'>{_verdict_cell(v)}</td></tr>" for v in vs)
     return ("<table class='verdict-table'><thead><tr><th>claim</th><th>paper</th><th>this book found</th>"
             f"</tr></thead><tbody>{body}</tbody></table>")
 
@@ -117,13 +120,15 @@ def legend_html(vs: list[dict]) -> str:
     legend = "; ".join(f"{word_html(st)}: {_E(WORD_MEANINGS[w])}" for st, (w, _, _) in WORDS.items()
                        if w in used and w in WORD_MEANINGS and st != "partly reproduced")
     if any(v.get("confirmed") == "not confirmed" for v in vs):
-        legend += "; <i>not confirmed</i>: fresh seeds, run after the comparison was fixed, did not show it"
+        legend += ("; <i>fresh seeds did not confirm it</i>: seeds run after the comparison was fixed, enough to "
+                   "decide, did not show it")
     return f"<p class='verdict-legend'>{legend}.</p>"
 
 
-def bottom_line_html(vs: list[dict], root=None) -> str:
-    """The intro's bottom line (:func:`stiefel_mini.evidence.plain.bottom_line`) as one paragraph."""
-    return f"<p class='bottom-line'><b>In short.</b> {_E(' '.join(bottom_line(vs, root)))}</p>"
+def bottom_line_html(vs: list[dict], root=None, questions: list[dict] = ()) -> str:
+    """The intro's bottom line (:func:`stiefel_mini.evidence.plain.bottom_line`, the reader's
+    ``questions`` included) as one paragraph."""
+    return f"<p class='bottom-line'><b>In short.</b> {_E(' '.join(bottom_line(vs, root, questions)))}</p>"
 
 
 def scale_note_html(vs: list[dict], root=None) -> str:
@@ -220,19 +225,30 @@ def _row_cells(r: dict, family: int) -> list[str]:
     return [effect_text(r), f"{r['wins']}/{r['n']}" if r["n"] else "", rng, sure_text(r, family)]
 
 
+_COLUMNS = ("comparison (b − a)", "mean [95% t]", "wins", "median (range)", "test")
+
+
 def table_html(rows: Iterable[dict], family: bool = True) -> str:
-    """One table of comparison rows: label | regime | mean [95% t] | wins | median (range) | test.
+    """One table of comparison rows: comparison | mean [95% t] | wins | median (range) | test, the rows
+    grouped by regime under one heading row each (a regime is said once, not on every row).
 
     ``family``: the rows were corrected together (:func:`stiefel_mini.evidence.compare.correct`) and
-    the last column shows the corrected p; otherwise each row's own p.
+    the last column shows the corrected p; otherwise each row's own p. Every cell carries its
+    column's name (``data-label``), which a phone shows above it when the rows stack as cards.
     """
     rows = list(rows)
     m = len(rows) if family else 1
-    body = "".join("<tr>" + "".join(f"<td>{_E(x)}</td>" for x in [r["label"], r["regime"], *_row_cells(r, m)])
-                   + "</tr>" for r in rows)
-    return ("<table class='evidence-table'><thead><tr><th>comparison (b − a)</th><th>regime</th>"
-            "<th>mean [95% t]</th><th>wins</th><th>median (range)</th><th>test</th></tr></thead>"
-            f"<tbody>{body}</tbody></table>")
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["regime"], []).append(r)
+    body = "".join(
+        f"<tr class='regime-row'><th colspan='{len(_COLUMNS)}' scope='rowgroup'>{_E(plain_regime(regime))}</th></tr>"
+        + "".join("<tr>" + "".join(f"<td data-label='{_E(name)}'>{_E(x)}</td>"
+                                   for name, x in zip(_COLUMNS, [r["label"], *_row_cells(r, m)])) + "</tr>"
+                  for r in group)
+        for regime, group in groups.items())
+    head = "".join(f"<th>{_E(name)}</th>" for name in _COLUMNS)
+    return f"<table class='evidence-table'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def details_html(vs: list[dict], open_: bool = False) -> str:

@@ -1,5 +1,5 @@
 """The verdict-word rules, in one place: a claim's status and verdict text from its primary, and the
-plain phrase and sentence a reader reads.
+plain words a reader reads of each row.
 
 Verdict words (:func:`family_status`), from the primary:
 
@@ -16,11 +16,11 @@ Verdict words (:func:`family_status`), from the primary:
   or its paired seeds are missing), and ``by construction`` for claims about the algorithm's
   definition.
 
-Plain words (:func:`phrase`, :func:`sentence`): the same verdict for a reader, arms by name
-(:data:`ARM_NAMES`), every sign as a word ("slower", "ahead", "narrower"), sizes as magnitudes in
-plain units, the paper's number beside it when it lies outside the interval ("no gap like the
-paper's"), and "not confirmed" where fresh seeds did not confirm a resolved primary
-(:func:`confirmed_word`).
+Plain words (:func:`row_phrase`, :func:`gist`): a row for a reader, arms by name (:data:`ARM_NAMES`),
+every sign as a word ("slower", "ahead", "narrower") but only where the interval excludes zero
+(:func:`holds_zero`), sizes as magnitudes in plain units, the paper's number beside it when it lies
+outside the interval ("no gap like the paper's"), and a row judged by its own test "shown, not
+corrected" (:func:`judged`). A claim's phrase and sentence: :mod:`stiefel_mini.evidence.sentences`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from stiefel_mini.evidence.claims import Claim
 from stiefel_mini.experiments.stats import smallest_p
 
 __all__ = ["number_text", "effect_text", "sure_text", "n_text", "needed_text", "family_status", "regime_of",
-           "ARM_NAMES", "arm_name", "plain_regime", "confirmed_word", "gist", "phrase", "row_phrase", "sentence"]
+           "regime_statuses", "ARM_NAMES", "arm_name", "plain_regime", "gist", "row_phrase", "SHOWN", "own_test",
+           "judged", "holds_zero", "change_text"]
 
 
 def number_text(x: float, unit: str) -> str:
@@ -73,7 +74,7 @@ def sure_text(row: dict, family: int) -> str:
         return "no paired seed"
     test = "exact sign test" if row["test"] == "sign" else "exact signed-rank test"
     # A row shown on its own (family 1) is testable when its test can reach the level at its n.
-    testable = row["testable"] or (family == 1 and row["p_min"] <= compare.ALPHA)
+    testable = row["p_min"] <= compare.ALPHA if family == 1 else row["testable"]
     if not testable:
         return f"{test}, {row['wins']}/{row['n']} wins, p = {row['p']:.3g}: too few seeds for 0.05" + _flags(row)
     k = row.get("n_testable", family)
@@ -212,6 +213,12 @@ def _ingredients_verdict(c: Claim, rows: list[dict]) -> tuple[str, str]:
                             f"{needed_text(big, len(rows))})")
 
 
+def regime_statuses(c: Claim, rows: list[dict]) -> list[str]:
+    """The status of each regime of a ratio family on its own (``[]`` for another kind of claim): what
+    a ``mixed`` verdict is made of."""
+    return [_ratio_verdict(c, r)[0] for r in rows] if c.kind == "ratio" else []
+
+
 def regime_of(row: dict) -> str:
     """What sets a family's row apart: a ratio family's regime ("both at lr 1e-3"), else its arms."""
     return row["label"].split(", ", 1)[-1] if row["ratio"] else row["label"].split(" (")[0]
@@ -283,22 +290,65 @@ def _sides(row: dict) -> tuple[str, str]:
 
 _UNDECIDABLE = "too few seeds to decide"
 """An unresolved row whose test could not pass at any split of its seeds: even all of them one way
-would not be "resolved" after the correction, so "no clear difference" would misread it."""
+would not be "resolved", so "no clear difference" would misread it."""
+
+SHOWN = "shown, not corrected"
+"""What a row judged by its own test alone says after its p: it is no part of a correction."""
+
+
+def own_test(r: dict) -> bool:
+    """Whether row ``r`` stands alone: a secondary (``role``), or a row no correction has seen (no
+    ``family``). Such a row is judged by its own test: testable when its test can reach the level at
+    its n, resolved when its own p does."""
+    return r.get("role") == "secondary" or "family" not in r
+
+
+def judged(r: dict) -> tuple[bool, bool]:
+    """``(testable, resolved)`` of paired row ``r``: by its own test (:func:`own_test`), else by the
+    correction of its family (:func:`compare.correct`)."""
+    if not r.get("n"):
+        return False, False
+    if own_test(r):
+        return r["p_min"] <= compare.ALPHA, r["p"] <= compare.ALPHA
+    return bool(r["testable"]), bool(r["resolved"])
 
 
 def _undecidable(r: dict) -> bool:
-    """Whether paired row ``r`` has seeds but a test that cannot reach the level (Tarone: ``testable`` False)."""
-    return r.get("n", 0) > 0 and r.get("testable") is False
+    """Whether paired row ``r`` has seeds but a test that cannot reach the level (Tarone)."""
+    return r.get("n", 0) > 0 and not judged(r)[0]
+
+
+def holds_zero(r: dict) -> bool:
+    """Whether the 95% t interval of ``r``'s mean holds zero (or, with one seed, there is none): then
+    no word may give the mean a direction."""
+    if r.get("mean") is None:
+        return False
+    return r["ci"] is None or r["ci"][0] <= 0.0 <= r["ci"][1]
+
+
+def _shown(r: dict) -> str:
+    return f" (p = {r['p']:.2g}, {SHOWN})" if own_test(r) and r.get("n") else ""
+
+
+def change_text(r: dict, more: str, less: str, what: str = "") -> str:
+    """A change in a running sentence, its direction said only when the 95% interval excludes zero:
+    ``"sooner (-460 steps [-700, -220])"``, else ``"no clear difference in steps to 95% (-192 steps
+    [-817, +432])"``. ``more`` / ``less``: the words for a positive / negative mean."""
+    if r.get("mean") is None or holds_zero(r):
+        return f"no clear difference{f' in {what}' if what else ''} ({effect_text(r)})"
+    return f"{more if r['mean'] > 0 else less} ({effect_text(r)})"
 
 
 def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, short: bool = False) -> str:
     """A paired row ``b − a`` in plain words: ``"StiefelAdam slower than AdamW to reach 95% validation on
     12 of 14 seeds, by 457 steps on average"``; unresolved: ``"no clear difference: ..."``, ``"too few
     seeds to decide: ..."`` when no split of its seeds could pass the correction, or ``"no gap like the
-    paper's ..."`` when the paper's number ``pv`` lies outside the interval. ``resolved``
-    defaults to the row's own ``resolved``; ``short`` leaves out the metric, "on average" and a
-    resolved row's "not the paper's" (for a table that shows the paper's number beside it)."""
-    resolved = r["resolved"] if resolved is None else resolved
+    paper's ..."`` when the paper's number ``pv`` lies outside the interval. The mean gets a direction
+    word only when its 95% interval excludes zero (else "a mean gap of 0.5 points whose 95% interval
+    holds zero"); a row judged by its own test (:func:`own_test`) ends with its p, "shown, not
+    corrected". ``resolved`` defaults to :func:`judged`; ``short`` leaves out the metric, "on average"
+    and a resolved row's "not the paper's" (for a table that shows the paper's number beside it)."""
+    resolved = judged(r)[1] if resolved is None else resolved
     unit = r.get("unit", "")
     b, a = arm_name(r["arm"]), arm_name(r["baseline"])
     good, bad = _sides(r)
@@ -322,7 +372,9 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     if unit == "tokens" and not short:
         to = f" {what.removeprefix('tokens ')}"  # "to reach adamw's final ..."
     avg = "" if short else " on average"
-    size = "" if centre is None or math.isinf(centre) else (
+    gap = "" if r["mean"] is None or r["mean"] == 0 else \
+        f", a mean gap of {_amount(r['mean'], unit)}{of} whose 95% interval holds zero"
+    size = "" if centre is None or math.isinf(centre) else gap if holds_zero(r) else (
         f", by {_amount(centre, unit)}{of}{avg}" if r["mean"] is not None else f", by a median {_amount(centre, unit)}")
     w, l, n = r["wins"], r["losses"], r["n"]
     if not resolved:
@@ -331,13 +383,13 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
                 else _UNDECIDABLE if _undecidable(r) else "no clear difference")
         sides = (f"{who(good)}{to} on {w} and {bad} on {l} of {n} seeds" if w == l else
                  f"{who(good if w > l else bad)}{to} on {max(w, l)} of {n} seeds")
-        mean = "" if r["mean"] is None or r["mean"] == 0 else \
+        mean = gap if holds_zero(r) else "" if r["mean"] is None or r["mean"] == 0 else \
             f", {_amount(r['mean'], unit)}{of} {word(r['mean'])}{avg}"
-        return f"{head}: {sides}{mean}"
+        return f"{head}: {sides}{mean}{_shown(r)}"
     text = who(good if w > l else bad) + f"{to} on {max(w, l)} of {n} seeds{size}"
     if pv is not None and not lo <= pv <= hi and not short:
         text += f", not the paper's {_paper_amount(pv, unit)}"
-    return text
+    return text + _shown(r)
 
 
 def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
@@ -348,7 +400,7 @@ def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
     unit = r.get("unit", "")
     centre = r["mean"] if r["mean"] is not None else r["median"]
     lo, hi = r["ci"] if r["ci"] is not None else (centre, centre)
-    if not r["resolved"]:
+    if not judged(r)[1]:
         if pv is not None and lo is not None and not lo <= pv <= hi:
             return f"no gap like the paper's {_paper_amount(pv, unit)} {_UNITS.get(unit, ('', unit))[1]}"
         return _UNDECIDABLE if _undecidable(r) else "no clear difference"
@@ -356,88 +408,5 @@ def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
     what = r["label"].split(", ", 1)[1] if ", " in r["label"] else ""
     to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith("steps to ") else ""
     side = good if (r["wins"] > r["losses"]) else bad
-    size = "" if centre is None or math.isinf(centre) else f"{_amount(centre, unit)} "
+    size = "" if centre is None or math.isinf(centre) or holds_zero(r) else f"{_amount(centre, unit)} "
     return f"{size}{side}{to}" + (f" on {max(r['wins'], r['losses'])} of {r['n']} seeds" if seeds else "")
-
-
-def _ratio_phrase(c: Claim, rows: list[dict], short: bool = False) -> str:
-    parts = []
-    for r in rows:
-        if r["gmean"] is None:
-            continue
-        g = r["gmean"]
-        # the ratio is a's step over b's: above 1, b's steps are the smaller
-        size = f"{g:.2g}x smaller" if g >= 1 else f"{1 / g:.2g}x larger"
-        parts.append(f"{size} ({regime_of(r)})" if len(rows) > 1 else size)
-    lo, hi = c.paper_range
-    b, a = arm_name(rows[0]["arm"]), arm_name(rows[0]["baseline"])
-    if short:
-        return f"{b}'s steps {', '.join(parts)}"
-    return f"{b}'s steps {' but '.join(parts)} than {a}'s; the paper: {lo:g}-{hi:g}x smaller"
-
-
-def _ingredients_phrase(v: dict, rows: list[dict], short: bool = False) -> str:
-    have = [r for r in rows if r["n"] and r["mean"] is not None]
-    if not have:
-        return "no paired runs yet"
-    big = max(have, key=lambda r: abs(r["mean"]))
-    side = "ahead of" if big["mean"] > 0 else "behind"
-    largest = (f"the largest gap: {arm_name(big['arm'])} {_amount(big['mean'], big['unit'])} {side} "
-               f"{arm_name(big['baseline'])} on average, {side.split()[0]} on {max(big['wins'], big['losses'])} "
-               f"of {big['n']} seeds")
-    if short:
-        largest = f"largest gap {_amount(big['mean'], big['unit'])}"
-        if v["status"] == "not resolved":
-            return f"no variant of the rule clearly differs ({largest})"
-    if v["status"] == "not resolved":
-        return f"no variant of the rule clearly differs from {arm_name(big['arm'])}; {largest}"
-    return f"{v['status']}; {largest}"
-
-
-def phrase(c: Claim, v: dict, short: bool = False) -> str:
-    """A claim's verdict ``v`` as one plain phrase: arms by name, the direction in words, the size in
-    plain units and, where it lies outside this book's interval, the paper's number.
-
-    ``"StiefelAdam slower than AdamW on 12 of 14 seeds, by 457 steps on average"``;
-    ``"no gap like the paper's 35.9 points: StiefelAdam ahead on 4 and behind on 4 of 8 seeds, ..."``.
-    """
-    rows = [r for r in v["primary"] if r["n"]]
-    if v["status"] == "by construction":
-        # short: the verdict's first clause ("implemented as described", "true by construction")
-        return re.split(r", and |: ", v["verdict"])[0] if short else v["verdict"]
-    if not rows:
-        return "no paired seed in the results yet"
-    if c.kind == "ratio":
-        return _ratio_phrase(c, rows, short)
-    if c.kind == "ingredients":
-        return _ingredients_phrase(v, rows, short)
-    return row_phrase(rows[0], v["status"] != "not resolved", c.paper_value, short)
-
-
-def confirmed_word(v: dict) -> str:
-    """What fresh seeds said of a resolved primary: ``"confirmed"``, ``"not confirmed"`` (fresh seeds
-    ran and did not give the primary's verdict), ``"not re-run"`` (no fresh seed yet), or ``""`` where
-    there is nothing to confirm (not resolved, not tested, by construction)."""
-    conf = v.get("confirmation") or {}
-    if v["status"] in ("not resolved", "not tested yet", "by construction") or not conf:
-        return ""
-    if conf["status"] == "confirmed":
-        return "confirmed"
-    if conf["status"] == "not confirmed" or any(r["n"] for r in conf.get("rows", [])):
-        return "not confirmed"
-    return "not re-run"
-
-
-def sentence(c: Claim, v: dict) -> str:
-    """One plain sentence for a claim's box: its :func:`phrase`, and what fresh seeds said."""
-    text = phrase(c, v)
-    text = text[:1].upper() + text[1:]
-    conf = confirmed_word(v)
-    fresh = max((r["n"] for r in (v.get("confirmation") or {}).get("rows", [])), default=0)
-    if conf == "confirmed":
-        text += f"; confirmed on {fresh} fresh seed{'' if fresh == 1 else 's'}"
-    elif conf == "not confirmed":
-        text += f"; not confirmed: on {fresh} fresh seed{'' if fresh == 1 else 's'} alone it did not hold"
-    elif conf == "not re-run":
-        text += "; not yet re-run on fresh seeds"
-    return text + "."

@@ -237,7 +237,8 @@ def lead_text(row: dict, b: str, a: str, up: str = "ahead of", down: str = "behi
     ``row`` is a row of :func:`stiefel_mini.evidence.paired` (``mean``, ``ci``, ``median``, ``unit``,
     ``wins``, ``losses``, ``ties``, ``n``; a win is a seed where ``b`` is better). The direction word
     comes from the sign of the mean (of the median where a difference is censored), the count is the
-    seeds on that side. Raises ``ValueError`` for a row with no paired seed.
+    seeds on that side; where the 95% interval holds zero no direction is given ("A1 and A7 not told
+    apart: a mean gap of 0.36 pp (...)"). Raises ``ValueError`` for a row with no paired seed.
     """
     if not row.get("n"):
         raise ValueError(f"row {row.get('label', '')!r} has no paired seed; there is no difference to word")
@@ -248,5 +249,9 @@ def lead_text(row: dict, b: str, a: str, up: str = "ahead of", down: str = "behi
     better_up = row.get("higher_is_better", True)
     side = row["ties"] if x == 0 else row["wins"] if (x > 0) == better_up else row["losses"]
     ci = "" if row["ci"] is None else f" (95% interval {row['ci'][0]:+.2f} to {row['ci'][1]:+.2f})"
+    if row["ci"] is not None and row["ci"][0] <= 0 <= row["ci"][1]:  # no direction for an interval holding zero
+        ups = row["wins"] if better_up else row["losses"]  # the seeds on the side of a positive difference
+        return (f"{b} and {a} not told apart: a mean gap of {abs(x):.2f} {unit}{ci}, {b} {up.split()[0]} on "
+                f"{ups} of {row['n']} paired seeds")
     size = f" by {abs(x):.2f} {unit}{ci}" if x else ""
     return f"{b} is {word} {a}{size}, {word.split()[0]} on {side} of {row['n']} paired seeds"

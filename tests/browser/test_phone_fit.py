@@ -1,9 +1,11 @@
-"""Every figure and widget fits its column, on a desktop screen and on a phone.
+"""Every figure, widget and table fits its column, on a desktop screen and on a phone.
 
 On every page of the built book, at 1280 px and at 400 px: every visible image (static figures, the
 responsive diagrams, the widgets' frames) and every widget lies inside the article's column, is no
 wider than it, and is not cut off by a box around it that hides or scrolls its overflow (the manifold
 widget's title once read "|norma..." at 400 px). Widgets are rendered from their saved state first.
+Every table of every page, its closed blocks opened, fits a 400 px screen without scrolling inside
+its own box (tables once ran past their box on five chapters with no cue).
 
 Run after ``bash scripts/build_book.sh``::
 
@@ -92,3 +94,31 @@ def test_the_check_sees_the_chapters_figures_and_widgets(visit):
     assert sum(w.startswith("img") for w in whats) >= 3, whats
     assert any("widget" in w or "jupyter-widgets" in w for w in whats), whats
     assert 300 <= fit["column"] <= 400, fit["column"]
+
+
+# Every table in the article, closed blocks opened first: whether its content runs past its own box
+# (a table scrolls sideways inside its box, a cue a reader on a phone may miss) or past the column.
+TABLES_JS = r"""() => {
+    document.querySelectorAll('article.bd-article details').forEach(d => { d.open = true; });
+    const art = document.querySelector('article.bd-article');
+    const col = art.getBoundingClientRect();
+    const style = getComputedStyle(art);
+    const right = col.right - parseFloat(style.paddingRight);
+    return Array.from(art.querySelectorAll('table')).filter(t => t.checkVisibility()).map(t => ({
+        what: (t.getAttribute('class') || 'table') + ': ' + t.innerText.slice(0, 50).replace(/\s+/g, ' '),
+        scroll: t.scrollWidth - t.clientWidth, past: Math.round(t.getBoundingClientRect().right - right)}));
+}"""
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_table_fits_a_phone(fresh_visit, page):
+    """At 400 px no table runs past its box or the column (cards, wrapping, or a caption instead)."""
+    tables = fresh_visit(page, 400).page.evaluate(TABLES_JS)
+    bad = [t for t in tables if t["scroll"] > 1 or t["past"] > 1]
+    assert not bad, f"{page} at 400 px: tables wider than their box or the column: {bad}"
+
+
+def test_the_table_check_sees_the_comparison_tables_in_closed_blocks(fresh_visit):
+    """The measurement opens the closed blocks: the appendix's comparison tables are counted."""
+    tables = fresh_visit("book/how_we_test.html", 400).page.evaluate(TABLES_JS)
+    assert sum(t["what"].startswith("evidence-table") for t in tables) >= 10, tables

@@ -155,17 +155,20 @@ def test_direction_and_lead_text_take_their_words_from_the_sign():
     with pytest.raises(ValueError, match="needs a number"):
         cifar.direction(None, "up", "down")
     a = {s: rec("A0", s, 0.50) for s in range(4)}
-    b = {s: rec("A1", s, 0.50 + (0.02 if s else -0.01)) for s in range(4)}  # 3 wins, 1 loss
+    b = {s: rec("A1", s, 0.50 + (0.02 if s else 0.005)) for s in range(4)}  # 4 wins, an interval above zero
     acc = lambda h: 100 * h["test_acc"]  # noqa: E731
     ahead = evidence.paired(a, b, acc)
     behind = evidence.paired(b, a, acc)
-    assert cifar.lead_text(ahead, "A1", "A0").startswith("A1 is ahead of A0 by 1.25 pp (95% interval ")
-    assert cifar.lead_text(ahead, "A1", "A0").endswith("ahead on 3 of 4 paired seeds")
-    assert cifar.lead_text(behind, "A0", "A1").startswith("A0 is behind A1 by 1.25 pp")
-    assert cifar.lead_text(behind, "A0", "A1").endswith("behind on 3 of 4 paired seeds")
+    assert cifar.lead_text(ahead, "A1", "A0").startswith("A1 is ahead of A0 by 1.62 pp (95% interval ")
+    assert cifar.lead_text(ahead, "A1", "A0").endswith("ahead on 4 of 4 paired seeds")
+    assert cifar.lead_text(behind, "A0", "A1").startswith("A0 is behind A1 by 1.62 pp")
+    assert cifar.lead_text(behind, "A0", "A1").endswith("behind on 4 of 4 paired seeds")
     # A metric where lower is better (steps): a positive difference is a loss on each seed.
     slow = evidence.paired({0: 1, 1: 1}, {0: 3, 1: 5}, float, higher_is_better=False, unit="steps")
+    # its interval holds zero: no direction word, only the seeds on each side
     assert cifar.lead_text(slow, "b", "a", "later than", "sooner than") == \
-        "b is later than a by 3.00 steps (95% interval -9.71 to +15.71), later on 2 of 2 paired seeds"
+        "b and a not told apart: a mean gap of 3.00 steps (95% interval -9.71 to +15.71), b later on 2 of 2 paired seeds"
+    sure = evidence.paired({0: 1, 1: 1, 2: 1}, {0: 3, 1: 3.2, 2: 2.9}, float, higher_is_better=False, unit="steps")
+    assert cifar.lead_text(sure, "b", "a", "later than", "sooner than").startswith("b is later than a by 2.03 steps")
     with pytest.raises(ValueError, match="no paired seed"):
         cifar.lead_text(evidence.paired({}, {}, float), "b", "a")
