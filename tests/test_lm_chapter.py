@@ -140,7 +140,9 @@ def test_the_chapter_shows_the_answer_curves_comparisons_and_samples(results):
     assert ("Against Muon, the optimizer a 2026 reader compares with: Muon ahead of AdamW on 8 of 8 seeds, by 0.030 "
             "bits per byte on average (p = 0.0078, shown, not corrected); Muon ahead of StiefelAdam on 8 of 8 seeds"
             in page)  # the answer, on the first screen
-    assert page.index("The answer.") < page.index("The question a reader brings")
+    first = next(i for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
+                 if "The answer." in o.get("data", {}).get("text/markdown", ""))
+    assert first <= 2, first  # the answer opens the chapter: after the title and the Colab cell
     # the published GPT-2-small study is set beside its like here: manifold Muon's frames against plain Muon
     assert "found manifold Muon on the frames ahead of plain Muon; here:" in page
-    assert "So, for a model like this one: Muon on the hidden matrices, AdamW on the rest" in page  # the summary
+    assert "So, for a model like this one: **Muon on the hidden matrices, AdamW on the rest**" in page  # the summary
