@@ -101,6 +101,7 @@ def test_the_check_sees_the_chapters_figures_and_widgets(visit):
 TABLES_JS = r"""() => {
     document.querySelectorAll('article.bd-article details').forEach(d => { d.open = true; });
     const art = document.querySelector('article.bd-article');
+    if (!art) return [];  // a page with no article (search.html while it loads)
     const col = art.getBoundingClientRect();
     const style = getComputedStyle(art);
     const right = col.right - parseFloat(style.paddingRight);
