@@ -204,14 +204,17 @@ def frame_grid_player(
 def markdown_table(header: Sequence[Any], body: Sequence[Sequence[Any]]) -> str:
     """The Markdown text of a table: ``header`` cells, then one line per row of ``body`` (cells via ``str``).
 
-    Raises ``ValueError`` when a row's length differs from the header's.
+    A ``|`` inside a cell (a norm, ``||W||``) is escaped, so that it does not end the cell. Raises
+    ``ValueError`` when a row's length differs from the header's.
     """
     for i, row in enumerate(body):
         if len(row) != len(header):
             raise ValueError(f"row {i} has {len(row)} cells, the header {len(header)}")
-    lines = ["| " + " | ".join(str(c) for c in header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
-    return "\n".join(lines)
+
+    def line(cells: Sequence[Any]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(header), "|" + " --- |" * len(header), *(line(row) for row in body)])
 
 
 def show_table(header: Sequence[Any], body: Sequence[Sequence[Any]]) -> None:

@@ -90,6 +90,17 @@ def test_markdown_table_text_and_row_check():
         markdown_table(["a", "b"], [[1]])
 
 
+def test_markdown_table_escapes_a_bar_inside_a_cell():
+    from markdown_it import MarkdownIt
+
+    from stiefel_mini.widgets import markdown_table
+
+    text = markdown_table(["optimizer", "||W W^T - U U^T||_F"], [["StiefelMuon", "3.8e-05"]])
+    html = MarkdownIt("commonmark").enable("table").render(text)
+    assert html.count("<th>") == 2 and html.count("<td>") == 2, html  # 4 columns without the escape
+    assert "||W W^T - U U^T||_F" in html
+
+
 # ---------------------------------------------------------------------------------------------------
 # The weight-decay widget: what it displays is what the library computes
 # ---------------------------------------------------------------------------------------------------
