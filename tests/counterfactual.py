@@ -22,9 +22,10 @@ from typing import Hashable, Iterable, Mapping
 
 # What identifies a run rather than what it measured.
 IDENTITY = {"arm", "arm_name", "seed", "train_fraction", "n_train", "n_test", "steps_total", "lr", "frame_lr",
-            "weight_decay", "git_commit", "git_dirty", "started_utc", "cpu", "copied_from"}
+            "weight_decay", "git_commit", "git_dirty", "started_utc", "cpu", "copied_from", "muon_lr", "phase",
+            "steps", "warmup_frac", "threads", "qk_norm"}
 
-PAIRS = {"cifar": ("A0", "A1"), "grokking": ("adamw", "stiefel_learned")}
+PAIRS = {"cifar": ("A0", "A1"), "grokking": ("adamw", "stiefel_learned"), "lm": ("adamw", "stiefel")}
 """The arms exchanged in each experiment's files by default."""
 
 
@@ -33,7 +34,7 @@ def _group(run: dict) -> tuple:
 
 
 def _swept(run: dict) -> tuple:
-    return (run.get("lr") or 0.0, run.get("frame_lr") or 0.0)
+    return (run.get("lr") or 0.0, run.get("frame_lr") or 0.0, run.get("warmup_frac") or 0.0)
 
 
 def swap_payload(payload: dict, a: str, b: str, seeds: Iterable[int] | None = None) -> int:

@@ -19,6 +19,7 @@ computed output.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 import nbformat
@@ -37,8 +38,18 @@ CHAPTERS = ("intro", "grokking", "cifar")
 DIRECTION = re.compile(r"\b(higher|lower|sooner|later|earlier|faster|slower|fewer|larger|smaller|better|worse|"
                        r"beats?|trails?|leads?|lags?|ahead|behind|gains?|loses?|towards|exceeds?|helps?|hurts?|narrows?|"
                        r"widens?|wider|narrower|farther|further)\b", re.I)
+SAME = {"earlier": "sooner"}
+OPPOSITE = {a: b for x, y in (("higher", "lower"), ("sooner", "later"), ("faster", "slower"),
+                              ("larger", "smaller"), ("better", "worse"), ("beat", "trail"), ("beats", "trails"),
+                              ("lead", "lag"), ("leads", "lags"), ("ahead", "behind"), ("gain", "lose"),
+                              ("gains", "loses"), ("help", "hurt"), ("helps", "hurts"), ("narrows", "widens"),
+                              ("wider", "narrower")) for a, b in ((x, y), (y, x))}
+"""Each direction word's opposite: a sentence that says both ("ahead on 4 and behind on 4 of 8 seeds",
+"sooner on 2, later on 12") maps onto itself when the outcomes are exchanged and may keep its words.
+:data:`SAME` reads a synonym as the word its opposite is paired with."""
 NAMES = {"cifar": (("A0", "AdamW"), ("A1", "StiefelAdam")), "grokking": (("adamw", "AdamW"), ("stiefel_learned",))}
-"""How each exchanged arm is named in prose: a sentence naming both arms of a pair is about them."""
+"""How each exchanged arm is named in prose: a sentence naming both arms of a pair is about them (the
+language model's pair, exchanged too, is named in prose as CIFAR-10's is)."""
 STATUS = re.compile(r"\b(resolved|resolves?|resolving|leans?|confirm(?:ed|s)?|contradict(?:ed|s)?|needs?|held|"
                     r"reproduced?|decides?|settles?)\b", re.I)
 RESULT_WORDS = re.compile(r"(\b\d+\s*/\s*\d+ wins\b|\bthe runs (?:lean|show|favour) (?:against|towards|that)\b|"
@@ -56,9 +67,10 @@ ITEM = re.compile(r"\n\s*(?:[-*]|\d+\.)\s+")
 # the verdict and evidence tables, closed blocks, legends.
 STRUCTURED = ".verdict-box, table, details, .verdict-legend, .verdict-codes, .how-made"
 FIXED = sorted({x for c in CLAIMS for x in (c.claim, c.paper, evidence.render.title({"key": c.key, "claim": c.claim}))
-                if x}, key=len, reverse=True)
+                if x and not DIRECTION.fullmatch(x)}, key=len, reverse=True)
 """The claims' own words (as declared, and as the chapters show them, without arm codes) and the paper's
-numbers: they name what is tested, whatever the data."""
+numbers: they name what is tested, whatever the data. A paper's value that is one direction word
+("sooner") stays: blanked, it would blank that word wherever the data says it."""
 
 
 CALLED = {"grokking_sooner": ("speed claim",), "grokking_endpoint": ("endpoint claim",)}
@@ -198,6 +210,13 @@ def _about_pair(sentence: str) -> bool:
     return any(has(a) and has(b) for a, b in NAMES.values())
 
 
+def _both_ways(words: list[str]) -> bool:
+    """Whether direction words map onto themselves under the exchange (:data:`OPPOSITE`): every word's
+    opposite is said as often as the word. A word with no opposite ("towards") never does."""
+    said = Counter(SAME.get(w, w) for w in words if DIRECTION.fullmatch(w))
+    return all(said[OPPOSITE.get(w, "")] == k for w, k in said.items())
+
+
 def _unchanged(real, other, rx: re.Pattern, whole: bool = False) -> list[str]:
     """Sentences of ``real`` about an exchanged pair with words of ``rx`` whose counterpart in ``other``
     (same cell, same place) has the same such words (``whole``: is the same sentence)."""
@@ -207,7 +226,7 @@ def _unchanged(real, other, rx: re.Pattern, whole: bool = False) -> list[str]:
         mine = _words(s, rx)
         if not mine or (i, j) not in theirs or not _about_pair(s):
             continue
-        if (theirs[(i, j)] == s) if whole else (_words(theirs[(i, j)], rx) == mine):
+        if (theirs[(i, j)] == s) if whole else (_words(theirs[(i, j)], rx) == mine and not _both_ways(mine)):
             stuck.append(f"cell {i}: {s[:240]}")
     return stuck
 
@@ -339,3 +358,10 @@ def test_swap_exchanges_measurements_keeps_identity_and_undoes_itself(tmp_path):
     assert changed["grokking/r2_long.json"] == paired_seeds("grokking/r2_long.json", *PAIRS["grokking"]) >= 8
     fitted = read(tmp_path / "r" / "cifar" / "r2_fitted.json")["runs"]
     assert len(fitted) == len(read(CHECKOUT_RESULTS / "cifar" / "r2_fitted.json")["runs"])
+
+
+def test_only_a_sentence_that_says_both_directions_equally_may_keep_its_words():
+    assert _both_ways(["stiefel_learned", "adamw", "sooner", "later"]) and _both_ways(["ahead", "behind"])
+    assert _both_ways(["earlier", "later"])  # a synonym counts as its word
+    assert not _both_ways(["sooner"]) and not _both_ways(["ahead", "behind", "ahead"])
+    assert not _both_ways(["towards"])  # no opposite: a fixed "towards" must follow the data

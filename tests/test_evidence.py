@@ -438,10 +438,11 @@ def test_the_intro_answer_names_the_language_model_and_muon_from_their_rows():
     vs, qs = evidence.verdicts(), evidence.questions()
     text = " ".join(evidence.plain.bottom_line(vs, questions=qs))
     rows = {(r["arm"], r["baseline"]): r for r in qs[0]["primary"] + qs[0]["secondary"] if r.get("unit") == "bpb"}
-    muon, vs_muon = rows[("muon", "adamw")], rows[("stiefel", "muon")]
+    muon, prim = rows[("muon", "adamw")], rows[("stiefel", "adamw")]
     assert f"Muon was {abs(muon['mean']):.3f} bits per byte ahead of AdamW on {muon['wins']} of 8 seeds" in text
-    assert f"{abs(vs_muon['mean']):.3f} bits per byte ahead of StiefelAdam on {vs_muon['losses']} of 8 seeds" in text
-    assert "1.6M training tokens" in text and "width 256" in text
+    side = "ahead" if prim["wins"] > prim["losses"] else "behind"
+    assert f"the comparison declared for it: no clear difference: StiefelAdam {side} on " in text
+    assert "a language model on State of the Union addresses" in text and "256" in text
     assert "for a small language model try Muon first" in text
     counted = evidence.plain.tally(vs)
     assert f"Of the paper's {len(vs)} claims" in counted and "none of" not in counted.lower()

@@ -174,13 +174,13 @@ def test_no_direction_word_on_a_mean_whose_interval_holds_zero():
             unit="pp", higher_is_better=True)
     assert r["ci"][0] < 0 < r["ci"][1] and not r["resolved"]
     text = words.row_phrase(r)
-    assert text == ("no clear difference: StiefelAdam behind AdamW on 5 of 8 seeds, a mean gap of 0.5 points of "
+    assert text == ("no clear difference: StiefelAdam behind AdamW on 5 of 8 seeds, a mean gap of -0.5 points of "
                     "final validation accuracy whose 95% interval holds zero")
     # resolved by the sign test, but the t interval of the mean holds zero: the side, not the size, is said
     slow = row([600.0] * 12 + [-2500.0, -2600.0])
     assert slow["resolved"] and slow["ci"][0] < 0 < slow["ci"][1]
     assert words.row_phrase(slow) == ("StiefelAdam slower than AdamW to reach 95% validation on 12 of 14 seeds, "
-                                      "a mean gap of 150 steps whose 95% interval holds zero")
+                                      "a mean gap of +150 steps whose 95% interval holds zero")
     assert words.gist(slow) == "slower to reach 95% validation on 12 of 14 seeds"
 
 

@@ -139,25 +139,20 @@ def _lm_rows(q: dict) -> dict[tuple[str, str], dict]:
 
 def language_model(q: dict, root: str | Path | None = None) -> str:
     """The language-model question (:func:`stiefel_mini.evidence.judge.questions`) in one sentence:
-    the scale, Muon against AdamW and against StiefelAdam, and the declared comparison, StiefelAdam
-    against AdamW, each from its own row (:func:`~stiefel_mini.evidence.sentences.versus`)."""
+    Muon against AdamW, and the declared comparison, StiefelAdam against AdamW, each from its own row
+    (:func:`~stiefel_mini.evidence.sentences.versus`); the model's size is the first sentence's."""
     rows = _lm_rows(q)
     task = next(iter(scale([q], root)["tasks"]), None)
     if not rows or task is None:
         return ""
-    where = (f"On {task['task']} ({task['model']}" + (f", {task['tokens'] / 1e6:.1f}M training tokens" if task["tokens"]
-                                                     else "") + ")")
-    parts = []
+    text = "On the language model, in validation bits per byte (lower is better)"
     muon = rows.get(("muon", "adamw"))
     if muon:
-        parts.append(versus(muon, "was"))
-    if ("stiefel", "muon") in rows:
-        vs_muon = flip(rows[("stiefel", "muon")])
-        parts.append(versus(vs_muon).removeprefix("Muon ") if muon and judged(vs_muon)[1] else versus(vs_muon, "was"))
-    text = where + ", in validation bits per byte (lower is better), " + " and ".join(parts) if parts else where
+        text += ", " + versus(muon, "was")
     prim = rows.get(("stiefel", "adamw"))
     if prim:
-        text += f"; StiefelAdam against AdamW, the comparison declared for it: {row_phrase(prim).split(', a mean gap')[0]}"
+        text += (f"; StiefelAdam against AdamW, the comparison declared for it: "
+                 f"{row_phrase(prim, short=True).split(', a mean gap')[0]}")
     return text
 
 

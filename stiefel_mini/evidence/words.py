@@ -240,7 +240,8 @@ def family_status(c: Claim, rows: list[dict]) -> tuple[str, str]:
 ARM_NAMES = {
     "A0": "AdamW", "adamw": "AdamW", "A1": "StiefelAdam", "stiefel_learned": "StiefelAdam", "stiefel": "StiefelAdam",
     "A3": "frozen frames", "frozen_learned": "frozen frames", "frozen": "frozen frames", "qknorm": "QK-norm", "muon": "Muon",
-    "muon_stiefel": "StiefelAdam on Q/K with Muon",
+    "muon_stiefel": "StiefelAdam on Q/K with Muon", "adamw_qknorm": "AdamW with QK-norm",
+    "muon_qknorm": "Muon with QK-norm", "stiefel_muon": "StiefelMuon",
     "A0'": "AdamW without decay on Q/K", "A4": "AdamW with StiefelAdam's small step",
     "A5": "AdamW followed by the polar projection", "A7": "StiefelAdam with an element-wise second moment",
     "stiefel_column": "StiefelAdam with a column second moment",
@@ -275,6 +276,11 @@ def _amount(x: float, unit: str) -> str:
     if unit == "bpb":
         return f"{abs(x):.3f} {many}"
     return f"{abs(x):.1f} {many}".strip()
+
+
+def _signed(x: float, unit: str) -> str:
+    """A difference ``b − a`` with its sign, for a mean no direction word may be given: ``"+0.5 points"``."""
+    return f"{'-' if x < 0 else '+'}{_amount(x, unit)}"
 
 
 def _paper_amount(pv: float, unit: str) -> str:
@@ -344,8 +350,8 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     12 of 14 seeds, by 457 steps on average"``; unresolved: ``"no clear difference: ..."``, ``"too few
     seeds to decide: ..."`` when no split of its seeds could pass the correction, or ``"no gap like the
     paper's ..."`` when the paper's number ``pv`` lies outside the interval. The mean gets a direction
-    word only when its 95% interval excludes zero (else "a mean gap of 0.5 points whose 95% interval
-    holds zero"); a row judged by its own test (:func:`own_test`) ends with its p, "shown, not
+    word only when its 95% interval excludes zero (else its sign, b − a: "a mean gap of -0.5 points whose
+    95% interval holds zero"); a row judged by its own test (:func:`own_test`) ends with its p, "shown, not
     corrected". ``resolved`` defaults to :func:`judged`; ``short`` leaves out the metric, "on average"
     and a resolved row's "not the paper's" (for a table that shows the paper's number beside it)."""
     resolved = judged(r)[1] if resolved is None else resolved
@@ -373,7 +379,7 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
         to = f" {what.removeprefix('tokens ')}"  # "to reach adamw's final ..."
     avg = "" if short else " on average"
     gap = "" if r["mean"] is None or r["mean"] == 0 else \
-        f", a mean gap of {_amount(r['mean'], unit)}{of} whose 95% interval holds zero"
+        f", a mean gap of {_signed(r['mean'], unit)}{of} whose 95% interval holds zero"
     size = "" if centre is None or math.isinf(centre) else gap if holds_zero(r) else (
         f", by {_amount(centre, unit)}{of}{avg}" if r["mean"] is not None else f", by a median {_amount(centre, unit)}")
     w, l, n = r["wins"], r["losses"], r["n"]
