@@ -5,12 +5,14 @@ A converted model's ``state_dict`` names its frames (``...q_proj.q_weight``, ``.
 which an unconverted model does not have; beside them it keeps each replaced projection's weight
 in its own layout (``...q_proj.weight``), so the plain ``from_pretrained`` (or
 ``load_state_dict(strict=False)``) builds an unconverted model that computes what the converted
-one computed. To go on training the frames, rebuild the converted model:
+one computed; :func:`plain_state_dict` leaves the frames out, for a strict load (torch's default,
+timm's ``load_checkpoint``). To go on training the frames, rebuild the converted model:
 
 >>> model.save_pretrained(path)   # after convert_attention(model) and training
 >>> again = from_pretrained_converted(GPT2LMHeadModel, path)
 >>> fresh = timm.create_model(...)
 >>> load_converted(fresh, torch.load("ckpt.pt"), stiefel=True)
+>>> plain.load_state_dict(plain_state_dict(model))   # an unconverted model, strict
 """
 
 from __future__ import annotations
@@ -24,8 +26,35 @@ from torch import nn
 
 from .conversion_report import ConversionReport
 from .convert import convert_attention
+from .mha import StiefelMultiheadAttention
+from .projection import FrameProjection
 
-__all__ = ["load_converted", "from_pretrained_converted"]
+__all__ = ["load_converted", "from_pretrained_converted", "plain_state_dict"]
+
+
+def plain_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict of converted ``model`` that the unconverted model loads strictly: each
+    :class:`~stiefel_mini.projection.FrameProjection`'s assembled ``weight`` (in the replaced module's
+    layout, ``W = [W_Q | W_K | rest]`` per head block) and ``bias``, without its frames
+    (``q_weight``, ``k_weight``), scales or ``rest_weight``; every other entry as ``state_dict()`` has it.
+
+    torch's strict ``load_state_dict`` (and timm's ``load_checkpoint``) refuses ``model.state_dict()``
+    naming the frames' keys as unexpected; it cannot be told to name this function, so use it on the
+    saving side. Raises ``ValueError`` for a model holding a
+    :class:`~stiefel_mini.mha.StiefelMultiheadAttention`, whose state dict has no
+    ``nn.MultiheadAttention`` layout: reload that one with :func:`load_converted`.
+    """
+    drop = []
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        if isinstance(module, StiefelMultiheadAttention):
+            raise ValueError(f"{name or 'the model'} is a StiefelMultiheadAttention, which keeps no "
+                             "nn.MultiheadAttention layout (in_proj_weight): reload its state dict into a "
+                             "converted model with load_converted")
+        if isinstance(module, FrameProjection):
+            drop += [prefix + p for p, _ in module.named_parameters(recurse=False) if p != "bias"]
+    dropped = set(drop)
+    return {k: v for k, v in model.state_dict().items() if k not in dropped}
 
 
 def load_converted(

@@ -55,11 +55,19 @@ class _AssembledWeight(Tensor):
         if _writes(func) and owner is not None and isinstance(inputs[0], _AssembledWeight):
             owner.load_weight(root)
             return out
-        if isinstance(out, Tensor) and not _dt.is_dtensor(out):
-            if out.untyped_storage().data_ptr() == root.untyped_storage().data_ptr():
-                return _wrap(out, owner, root)  # a view (``.data``, a slice, ``.T``): its writes land too
-            return out.as_subclass(Tensor)
-        return out
+        if type(out) in (tuple, list):  # chunk, split, unbind: views, each of whose writes land too
+            return type(out)(_rewrap(t, owner, root) for t in out)
+        return _rewrap(out, owner, root)
+
+
+def _rewrap(out: Any, owner: "FrameProjection | None", root: Tensor) -> Any:
+    """``out`` as an :class:`_AssembledWeight` if it is a view of ``root`` (``.data``, a slice, ``.T``),
+    so that its writes land too; as a plain tensor if it is another tensor."""
+    if isinstance(out, Tensor) and not _dt.is_dtensor(out):
+        if out.untyped_storage().data_ptr() == root.untyped_storage().data_ptr():
+            return _wrap(out, owner, root)
+        return out.as_subclass(Tensor)
+    return out
 
 
 def _wrap(t: Tensor, owner: "FrameProjection | None", root: Tensor) -> Tensor:
@@ -102,14 +110,15 @@ class FrameProjection(FrameHolder):
     (``(in, out)`` if ``transposed``, else ``(out, in)``), so code that reads ``.weight`` (its
     ``shape``, ``dtype``, ``device``) keeps working. It is computed from the parameters on each
     read, and writes go back into them: an in-place write into it or into a view of it
-    (``nn.init.normal_(proj.weight)``, ``proj.weight.data.zero_()``, ``proj.weight[:4] = w``) and
+    (``nn.init.normal_(proj.weight)``, ``proj.weight.data.zero_()``, ``proj.weight[:4] = w``, the
+    pieces of ``proj.weight.chunk(3)``, ``split`` and ``unbind``) and
     ``proj.weight = w`` call :meth:`load_weight`, which puts each head's block on the manifold again
     (with a ``UserWarning`` if it was off it) and copies the rest.
 
     ``state_dict()`` holds the parameters and, under the key ``weight``, the assembled weight in the
     replaced module's layout, so that a plain (unconverted) model loads the converted model's
     weights: Hugging Face's ``from_pretrained``, or ``load_state_dict(strict=False)`` (the frames'
-    keys are then its unexpected keys). Loading into a :class:`FrameProjection` reads the
+    keys are then its unexpected keys) or, strictly, :func:`stiefel_mini.hf.plain_state_dict`. Loading into a :class:`FrameProjection` reads the
     parameters; a ``weight`` entry that disagrees with them raises ``ValueError``.
 
     Shapes: input ``(..., in_features)``, output ``(..., out_features)``, ``out_features =

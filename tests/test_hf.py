@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from stiefel_mini.groups import frame_parameters, param_groups
-from stiefel_mini.hf import from_pretrained_converted, load_converted
+from stiefel_mini.hf import from_pretrained_converted, load_converted, plain_state_dict
 from stiefel_mini.convert import convert_attention
 from stiefel_mini.optim import StiefelAdam
 
@@ -142,3 +142,22 @@ def test_a_plain_model_loads_a_converted_state_dict_without_strict(name):
         torch.testing.assert_close(_out(name, plain, x), _out(name, model, x), atol=1e-5, rtol=1e-5)
     with pytest.raises(RuntimeError, match=r"Unexpected key\(s\).*q_weight"):
         plain.load_state_dict(model.state_dict())  # strict: the frames' keys are named
+
+
+@pytest.mark.parametrize("name", ["timm_vit", "bert", "llama_gqa"])
+def test_plain_state_dict_loads_strictly_into_the_unconverted_model(name):
+    model = _trained(name)
+    plain = _build(name, seed=7).eval()
+    state = plain_state_dict(model)
+    assert set(state) == set(plain.state_dict())
+    plain.load_state_dict(state)  # strict, torch's default
+    x = _inputs(name)
+    with torch.no_grad():
+        torch.testing.assert_close(_out(name, plain, x), _out(name, model, x), atol=1e-5, rtol=1e-5)
+
+
+def test_plain_state_dict_refuses_a_converted_multihead_attention():
+    model = torch.nn.Sequential(torch.nn.MultiheadAttention(8, 2))
+    convert_attention(model)
+    with pytest.raises(ValueError, match="StiefelMultiheadAttention.*load_converted"):
+        plain_state_dict(model)

@@ -123,6 +123,23 @@ def test_writes_into_views_and_the_setter_land_too(transposed, recwarn):
     assert not [w for w in recwarn if "manifold" in str(w.message)]
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("views", ["chunk", "split", "unbind"])
+def test_writes_into_the_pieces_of_chunk_split_and_unbind_land_too(transposed, views):
+    proj, _ = _stiefel(transposed)
+    dim = 1 if transposed else 0
+    cut = {"chunk": lambda w: w.chunk(3, dim=dim), "split": lambda w: w.split(H * HD, dim=dim),
+           "unbind": lambda w: w.unbind(dim=dim)}[views]
+    with torch.no_grad():
+        pieces = cut(proj.weight)
+        pieces[-1].zero_()  # the last piece (V's last block, or its last row / column)
+    last = proj.rest_weight.detach().select(dim, -1)
+    assert float(last.abs().max()) == 0.0, f"a write into {views}()'s last piece did not land"
+    with pytest.warns(UserWarning, match="off the Stiefel manifold"), torch.no_grad():
+        torch.nn.init.normal_(cut(proj.weight)[0])  # Q's rows / columns: re-projected, with the warning
+    assert float(orthogonality_error(proj.q_weight.detach()).max()) < 1e-5
+
+
 def test_unconstrained_weights_take_writes_exactly_and_rank_deficient_frames_are_refused():
     proj, _ = _stiefel(False, stiefel=False)
     target, _ = _weights(False, seed=5)
