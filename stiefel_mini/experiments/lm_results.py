@@ -1,7 +1,7 @@
 """Reading the language-model study's results: sweeps, curves, samples and costs per arm, and the setup.
 
-Pure functions of the payload :func:`stiefel_mini.experiments.lm.study` writes (``results/lm/study.json``)
-and of the benchmark's record (``results/benchmarks/lm_throughput.json``), for the chapter and the
+Pure functions of the payload :func:`stiefel_mini.experiments.lm.study` writes (``results/lm/study.json``),
+of round 2's (``results/lm/round2.json``, :mod:`stiefel_mini.experiments.lm_round2`) and of the benchmark's record (``results/benchmarks/lm_throughput.json``), for the chapter and the
 evidence layer; :func:`setup_facts` gathers the numbers that describe a run. No training code. The
 comparisons and verdicts are the evidence layer's (:data:`stiefel_mini.evidence.claims.LM_CLAIMS`).
 """
@@ -14,18 +14,21 @@ import numpy as np
 
 from stiefel_mini.experiments.lm_config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
 from stiefel_mini.experiments.lm_plan import plan
+from stiefel_mini.experiments.lm_round2 import ROUND2, Round2, plan2
 from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
 
 __all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
            "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
-           "samples"]
+           "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_sweep_rows"]
 
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
 THROUGHPUT_FILE = "benchmarks/lm_throughput.json"
 """The language-model benchmark's record under ``results/`` (``benchmarks/lm_throughput.py --out``)."""
+ROUND2_FILE = "lm/round2.json"
+"""Round 2's results file under ``results/``."""
 TOKENIZER_META = "lm/tokenizer_meta.json"
 """The tokenizer's measurements (bytes per token, tokens per split) under ``results/``."""
 
@@ -83,6 +86,11 @@ def _load(name: str) -> dict | None:
 def load_study() -> dict | None:
     """The study's results file (:data:`STUDY_FILE`), or ``None`` where this copy of the results lacks it."""
     return _load(STUDY_FILE)
+
+
+def load_round2() -> dict | None:
+    """Round 2's results file (:data:`ROUND2_FILE`), or ``None`` where this copy of the results lacks it."""
+    return _load(ROUND2_FILE)
 
 
 def load_throughput() -> dict | None:
@@ -174,3 +182,36 @@ def throughput_rows(record: dict | None) -> list[dict]:
 def samples(payload: dict | None, seed: int = 0) -> dict[str, list[dict]]:
     """Per arm, the texts its seed-``seed`` model wrote (``[{"prompt", "text"}]``), where that run exists."""
     return {arm: run["samples"] for arm in LM_ARMS if (run := seed_runs(payload, arm).get(seed)) is not None}
+
+
+def round2_progress(payload: dict | None, study: Round2 = ROUND2) -> dict:
+    """Where round 2 stands: ``{"finished", "done", "remaining", "best", "better"}``: finished runs per
+    phase (``{"sweep": 8, ...}``), the finished work and the work left in runs of ``study.steps``
+    (a long run counts ``long_steps / steps``; what is left includes runs still waiting on a choice,
+    :func:`~stiefel_mini.experiments.lm_round2.plan2`), each swept arm's best settings and each
+    family's better arm, once known."""
+    runs = payload["runs"] if payload else []
+    state = plan2(study, runs)
+    finished: dict[str, int] = {}
+    for r in runs:
+        finished[r["phase"]] = finished.get(r["phase"], 0) + 1
+    done = sum(r["steps"] / study.steps for r in runs)
+    return {"finished": finished, "done": done, "remaining": state.remaining, "best": state.best,
+            "better": state.better}
+
+
+def round2_sweep_rows(payload: dict | None, study: Round2 = ROUND2) -> list[dict]:
+    """One row per (arm, setting) of round 2's sweeps: ``{"arm", "setting", "val_bpb", "n"}``, the
+    setting as ``{field: value}`` of the arm's swept fields and the mean validation bits per byte over
+    the sweep seeds that have run (``None`` if one diverged), in the plan's order of arms."""
+    if not payload:
+        return []
+    order = [g.arm for g in study.grids]
+    rows: dict[tuple, list] = {}
+    for r in payload["runs"]:
+        if r["phase"] == "sweep":
+            swept = tuple((f, r[f]) for f, _ in study.grid(r["arm"]).axes)
+            rows.setdefault((r["arm"], swept), []).append(r["val_bpb"])
+    out = [{"arm": a, "setting": dict(s), "val_bpb": None if None in v else float(np.mean(v)), "n": len(v)}
+           for (a, s), v in rows.items()]
+    return sorted(out, key=lambda row: (order.index(row["arm"]), tuple(row["setting"].values())))

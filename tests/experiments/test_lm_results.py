@@ -110,3 +110,36 @@ def test_difference_band_pairs_seeds_and_leaves_out_diverged_runs(payload):
     np.testing.assert_allclose(band["median"], [-0.5, -0.5])
     np.testing.assert_allclose(band["low"], band["high"])
     assert lm_results.difference_band(lm_results.seed_runs(payload, "stiefel"), {}) is None
+
+
+def _r2(arm, seed, val_bpb, phase="sweep", steps=800, **fields):
+    from stiefel_mini.experiments.lm_round2 import DEFAULTS, USES2
+
+    return {"arm": arm, "seed": seed, "phase": phase, "steps": steps, "val_bpb": val_bpb,
+            **{k: (fields[k] if k in fields else DEFAULTS[k]) if k in USES2[arm] else None
+               for k in ("lr", "warmup_frac", "frame_lr", "max_step", "muon_lr", "per_head")}}
+
+
+def test_round2_sweep_rows_average_each_setting_over_its_seeds_in_plan_order():
+    runs = [_r2("stiefel", 100, 1.6, frame_lr=0.1, max_step=0.3), _r2("adamw", 101, 1.8, lr=2e-3, warmup_frac=0.05),
+            _r2("adamw", 100, 1.6, lr=2e-3, warmup_frac=0.05), _r2("adamw", 100, 1.5, lr=1e-3, warmup_frac=0.25),
+            _r2("adamw", 100, None, lr=4e-3, warmup_frac=0.05), _r2("adamw", 101, 1.9, lr=4e-3, warmup_frac=0.05)]
+    rows = lm_results.round2_sweep_rows({"runs": runs})
+    got = [(r["arm"], tuple(r["setting"].values()), r["val_bpb"], r["n"]) for r in rows]
+    assert got == [("adamw", (1e-3, 0.25), 1.5, 1), ("adamw", (2e-3, 0.05), pytest.approx(1.7), 2),
+                   ("adamw", (4e-3, 0.05), None, 2), ("stiefel", (0.1, 0.3), 1.6, 1)]
+    assert lm_results.round2_sweep_rows(None) == []
+
+
+def test_round2_progress_counts_phases_and_the_work_left():
+    from stiefel_mini.experiments.lm_round2 import ROUND2, budget
+
+    plan = budget(ROUND2, 1.0)
+    empty = lm_results.round2_progress(None)
+    assert empty["finished"] == {} and empty["done"] == 0 and empty["remaining"] == pytest.approx(plan["equivalents"])
+    runs = [_r2("adamw", s, 1.7, lr=1e-3, warmup_frac=0.05) for s in (100, 101)]
+    runs.append(_r2("stiefel", 100, 1.6, phase="check", steps=2400, frame_lr=0.1, max_step=0.3))
+    got = lm_results.round2_progress({"runs": runs})
+    assert got["finished"] == {"sweep": 2, "check": 1} and got["done"] == pytest.approx(5.0)
+    assert got["remaining"] == pytest.approx(plan["equivalents"] - 2)  # the check is not one the plan asks for yet
+    assert got["best"] == {} and got["better"] == {}
