@@ -441,7 +441,7 @@ def test_the_intro_answer_names_the_language_model_and_muon_from_their_rows():
     muon, prim = rows[("muon", "adamw")], rows[("stiefel", "adamw")]
     assert f"Muon was {abs(muon['mean']):.3f} bits per byte ahead of AdamW on {muon['wins']} of 8 seeds" in text
     side = "ahead" if prim["wins"] > prim["losses"] else "behind"
-    assert f"the comparison declared for it: no clear difference: StiefelAdam {side} on " in text
+    assert f"StiefelAdam against AdamW, as declared: no clear difference: StiefelAdam {side} on " in text
     assert "a language model on State of the Union addresses" in text and "256" in text
     assert "for a small language model try Muon first" in text
     counted = evidence.plain.tally(vs)

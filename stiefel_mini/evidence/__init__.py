@@ -31,10 +31,11 @@ from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.words import effect_text, sure_text
 from stiefel_mini.evidence.compare import ALPHA, correct, paired, ratio
 from stiefel_mini.evidence.render import (bottom_line_html, box_html, codes_html, confirmation_html, details_html,
-                                          legend_html, ledger_html, scale_note_html, summary_html, table_html)
+                                          legend_html, ledger_html, scale_note_html, summary_html, table_html,
+                                          tally_html)
 from stiefel_mini.evidence.tables import GROKKING_METRICS, accuracy_rows, grokking_rows
 
 __all__ = ["ALPHA", "CLAIMS", "Claim", "Comparison", "GROKKING_METRICS", "accuracy_rows", "across_claims", "as_data",
            "bottom_line_html", "box_html", "claim", "codes_html", "compute", "confirmation_html", "correct",
            "details_html", "effect_text", "evaluate", "grokking_rows", "ledger_html", "legend_html", "paired",
-           "questions", "ratio", "scale_note_html", "summary_html", "sure_text", "table_html", "verdicts"]
+           "questions", "ratio", "scale_note_html", "summary_html", "sure_text", "table_html", "tally_html", "verdicts"]

@@ -140,32 +140,30 @@ def _lm_rows(q: dict) -> dict[tuple[str, str], dict]:
 def language_model(q: dict, root: str | Path | None = None) -> str:
     """The language-model question (:func:`stiefel_mini.evidence.judge.questions`) in one sentence:
     Muon against AdamW, and the declared comparison, StiefelAdam against AdamW, each from its own row
-    (:func:`~stiefel_mini.evidence.sentences.versus`); the model's size is the first sentence's."""
+    (:func:`~stiefel_mini.evidence.sentences.versus`); the model's size is in the scale note under the
+    intro's table."""
     rows = _lm_rows(q)
     task = next(iter(scale([q], root)["tasks"]), None)
     if not rows or task is None:
         return ""
-    text = "On the language model, in validation bits per byte (lower is better)"
+    text = f"On {task['task']}, in validation bits per byte (lower is better)"
     muon = rows.get(("muon", "adamw"))
     if muon:
         text += ", " + versus(muon, "was")
     prim = rows.get(("stiefel", "adamw"))
     if prim:
-        text += (f"; StiefelAdam against AdamW, the comparison declared for it: "
-                 f"{row_phrase(prim, short=True).split(', a mean gap')[0]}")
+        text += f"; StiefelAdam against AdamW, as declared: {row_phrase(prim, short=True).split(', a mean gap')[0]}"
     return text
 
 
 def bottom_line(vs: list[dict], root: str | Path | None = None, questions: list[dict] = ()) -> list[str]:
-    """The intro's bottom line, as sentences: the scale tried, the result against AdamW, the language
-    model's answer (:func:`language_model`, from ``questions``), the claims that held (:func:`tally`,
-    with what fresh seeds said), and what it means for a reader."""
+    """The intro's bottom line, as sentences: the scale tried, the result against AdamW (with what
+    fresh seeds said), the language model's answer (:func:`language_model`, from ``questions``) and
+    what it means for a reader. The count of claims that held (:func:`tally`) goes under the table."""
     sc = scale([*vs, *questions], root)
     cores = " or ".join(f"{c}-core" for c in sc["cores"]) or "an unrecorded"
     widths = sorted({t["width"] for t in sc["tasks"] if t["width"]})
-    tasks = [t["task"] for t in sc["tasks"]]
-    out = [f"Tried small, on a {cores} CPU" + ("" if sc["gpu"] else " with no GPU") + ": "
-           f"{', '.join(tasks[:-1]) + ' and ' if len(tasks) > 1 else ''}{tasks[-1]}, with transformers of width "
+    out = [f"Tried small, on a {cores} CPU" + ("" if sc["gpu"] else " with no GPU") + ", with transformers of width "
            f"{', '.join(map(str, widths[:-1])) + ' and ' if len(widths) > 1 else ''}{widths[-1]}."]
     against = _against_adamw(vs)
     if against:
@@ -174,7 +172,6 @@ def bottom_line(vs: list[dict], root: str | Path | None = None, questions: list[
         lm = language_model(q, root) if q["chapter"] == "language_model" else ""
         if lm:
             out.append(lm + ".")
-    out.append(f"{tally(vs)}.")
     meaning = _meaning([*vs, *questions])
     if meaning:
         out.append("So " + ", but ".join(meaning[:2]) + "".join(f"; {m}" for m in meaning[2:]) + ".")

@@ -16,7 +16,7 @@ import html
 import re
 from typing import Iterable
 
-from stiefel_mini.evidence.plain import bottom_line, scale
+from stiefel_mini.evidence.plain import bottom_line, scale, tally
 from stiefel_mini.evidence.sentences import fresh_text
 from stiefel_mini.evidence.words import effect_text, number_text, plain_regime, sure_text
 
@@ -129,6 +129,12 @@ def bottom_line_html(vs: list[dict], root=None, questions: list[dict] = ()) -> s
     """The intro's bottom line (:func:`stiefel_mini.evidence.plain.bottom_line`, the reader's
     ``questions`` included) as one paragraph."""
     return f"<p class='bottom-line'><b>In short.</b> {_E(' '.join(bottom_line(vs, root, questions)))}</p>"
+
+
+def tally_html(vs: list[dict]) -> str:
+    """The count of the paper's claims by verdict (:func:`stiefel_mini.evidence.plain.tally`), under
+    the intro's table."""
+    return f"<p class='verdict-tally'>{_E(tally(vs))}.</p>"
 
 
 def scale_note_html(vs: list[dict], root=None) -> str:

@@ -59,8 +59,8 @@ def test_the_intro_first_screen_holds_the_bottom_line_and_the_table_and_no_audit
         const r = document.querySelector(s).getBoundingClientRect();
         return [r.top + window.scrollY, r.bottom + window.scrollY]; })""")
     (line_top, line_bottom), (table_top, table_bottom) = spans
-    # The whole answer and the table's start on the first screen; with the language model's sentence
-    # the table now runs past it (to about y 975), which a shorter answer should undo.
+    # The whole answer and the table's first rows on the first screen; its last rows (nine claims and
+    # the reader's question, y 870 at 1280 px) may run past it.
     assert 0 < line_top < line_bottom <= table_top < SCREEN - 200 and table_bottom > table_top, (
         f"bottom line at y = {line_top:.0f}-{line_bottom:.0f}, table at {table_top:.0f}-{table_bottom:.0f} px: "
         f"the bottom line and the table's first rows must lie within the first {SCREEN} px")
