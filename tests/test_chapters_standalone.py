@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.standalone
-@pytest.mark.parametrize("chapter", ["grokking", "cifar", "language_model"])
+@pytest.mark.parametrize("chapter", ["stiefel_manifold", "manifold_muon", "grokking", "cifar", "language_model"])
 def test_chapter_runs_alone_in_an_empty_directory(chapter, tmp_path, monkeypatch):
     work = tmp_path / "content"
     work.mkdir()
