@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterable
 
 import torch
 from torch import Tensor, nn
-from torch.optim.adam import adam as _adam_functional
 
 from . import _distributed as _dt
+from ._adamw import adamw_step
 from ._checks import check_frame_tensor
 from .groups import is_frame
 from .manifold_muon import manifold_muon_update, polar_gram
@@ -283,26 +283,9 @@ class StiefelMuon(torch.optim.Optimizer):
                 self.state[p]["multiplier"] = _dt.like(m_new[k].clone(), p, shape)
 
     def _adamw_step(self, group: dict[str, Any]) -> None:
-        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            state = self.state[p]
-            if not state:
-                state["step"] = torch.tensor(0.0, dtype=torch.float32)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            params.append(p)
-            grads.append(p.grad)
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
-            steps.append(state["step"])
-        if not params:
-            return
         wd = group["adamw_weight_decay"] if group["adamw_weight_decay"] is not None else group["weight_decay"]
-        _adam_functional(params, grads, exp_avgs, exp_avg_sqs, [], steps, foreach=None, has_complex=False,
-                         decoupled_weight_decay=True, amsgrad=False, beta1=group["betas"][0], beta2=group["betas"][1],
-                         lr=group["lr"], weight_decay=wd, eps=group["eps"], maximize=False)
+        adamw_step(group["params"], self.state, lr=group["lr"], betas=group["betas"], eps=group["eps"],
+                   weight_decay=wd, owner="StiefelMuon")
 
 
 def _role_of(p: Tensor, group: dict[str, Any]) -> str:

@@ -13,9 +13,9 @@ from typing import Any, Callable, Iterable
 
 import torch
 from torch import Tensor
-from torch.optim.adam import adam as _adam_functional
 
 from . import _distributed as _dt
+from ._adamw import adamw_step
 from ._buckets import BucketUpdate, bucket_for, diagnose, init_frame_state, v_state_shape
 from ._checks import PROJECTORS, SECOND_MOMENTS, check_frame_tensor, check_hyperparameters, check_saved_frame_state
 from ._checks import frame_name
@@ -368,44 +368,8 @@ class StiefelAdam(torch.optim.Optimizer):
         return loss
 
     def _adamw_group_step(self, group: dict[str, Any]) -> None:
-        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
-        for p in group["params"]:
-            if p.grad is None or is_frame(p):
-                continue
-            if p.grad.is_sparse:
-                raise RuntimeError("StiefelAdam does not support sparse gradients")
-            state = self.state[p]
-            if len(state) == 0:
-                # The same state layout as torch.optim.AdamW, so its state_dicts read the same.
-                state["step"] = torch.tensor(0.0, dtype=torch.float32)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            params.append(p)
-            grads.append(p.grad)
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
-            steps.append(state["step"])
-        if not params:
-            return
-        beta1, beta2 = group["betas"]
-        _adam_functional(
-            params,
-            grads,
-            exp_avgs,
-            exp_avg_sqs,
-            [],
-            steps,
-            foreach=group["foreach"],
-            has_complex=any(torch.is_complex(p) for p in params),
-            decoupled_weight_decay=True,
-            amsgrad=False,
-            beta1=beta1,
-            beta2=beta2,
-            lr=group["lr"],
-            weight_decay=group["weight_decay"],
-            eps=group["eps"],
-            maximize=False,
-        )
+        adamw_step((p for p in group["params"] if not is_frame(p)), self.state, lr=group["lr"], betas=group["betas"],
+                   eps=group["eps"], weight_decay=group["weight_decay"], foreach=group["foreach"], owner="StiefelAdam")
 
     def _frame_updates(self, index: int, group: dict[str, Any], mesh) -> list[BucketUpdate]:
         # Frames of one tall shape are stacked into one batch so that each formula is one call.
