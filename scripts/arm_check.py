@@ -72,25 +72,28 @@ def _arm_names() -> list[str]:
 
 
 def cifar_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
-    from stiefel_mini.experiments import cifar, cifar_data
+    from stiefel_mini.experiments.cifar import config as cifar_config
+    from stiefel_mini.experiments.cifar import data as cifar_data
+    from stiefel_mini.experiments.cifar import experiment as cifar_experiment
+    from stiefel_mini.experiments.cifar import train as cifar_train
 
-    root = cifar_data.write_tiny_image_folder(tmp / "tiny", **cifar.REPRO_TINY_SET)
+    root = cifar_data.write_tiny_image_folder(tmp / "tiny", **cifar_config.REPRO_TINY_SET)
     os.environ[cifar_data.ENV_CACHE_DIR] = str(tmp / "cache")
     data = cifar_data.load_cifar10(root)
-    presets = cifar.PLANS
+    presets = cifar_config.PLANS
     run_of = lambda name: presets[name].run  # noqa: E731  (a plan is a sweep; .run is its run)
     for arm in _arm_names():
-        yield "cifar/repro", arm, lambda arm=arm: cifar.run(
+        yield "cifar/repro", arm, lambda arm=arm: cifar_train.run(
             replace(run_of("repro"), arm=arm, epochs=1, data_dir=str(root)), data)
-        yield "cifar/r2_tiny", arm, lambda arm=arm: cifar.run(
+        yield "cifar/r2_tiny", arm, lambda arm=arm: cifar_train.run(
             replace(run_of("r2_tiny"), arm=arm, train_fraction=0.5, steps=4, eval_every=1,
                     data_dir=str(root)), data)
-    yield "cifar/sweep", "r2_tiny", lambda: cifar.sweep(
+    yield "cifar/sweep", "r2_tiny", lambda: cifar_experiment.sweep(
         replace(presets["r2_tiny"], seeds=(0,), steps=3, repro_steps=2, out=str(tmp / "c.json"),
                 data_dir=str(root)), data)
-    yield "cifar/tiny_set_run", "r2_ablation", lambda: cifar.tiny_set_run(
+    yield "cifar/tiny_set_run", "r2_ablation", lambda: cifar_experiment.tiny_set_run(
         replace(run_of("r2_ablation"), arm="A1"), 3)
-    yield "cifar/repro_record", "repro", lambda: cifar.repro_record(
+    yield "cifar/repro_record", "repro", lambda: cifar_experiment.repro_record(
         replace(presets["repro"], epochs=1))
 
 

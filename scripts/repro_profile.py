@@ -1,6 +1,6 @@
 """How far a reproduction run moves across CPU kernel paths, and how far for a real change.
 
-The reproduction tests (``tests/experiments/test_grokking.py``, ``tests/experiments/test_cifar.py``)
+The reproduction tests (``tests/experiments/test_grokking.py``, ``tests/experiments/cifar/test_experiment.py``)
 re-run short stored runs. Their tolerances come from this profile: each task's reproduction run is
 trained once per kernel setting (torch's ``ATEN_CPU_CAPABILITY``, MKL's ``MKL_ENABLE_INSTRUCTIONS`` /
 ``MKL_CBWR``: the kernels another CPU would take) and once per real change (lr x 1.1, another seed,
@@ -84,10 +84,11 @@ def _child(task: str, overrides: dict) -> dict:
         h = G.run(cfg)["history"]
         return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"],
                 "val_acc": h["val_acc"], "dist_q": h["dist_q"]}
-    from stiefel_mini.experiments import cifar as C
+    from stiefel_mini.experiments.cifar import config as cifar_config
+    from stiefel_mini.experiments.cifar import experiment as cifar_experiment
 
-    cfg = replace(C.PLANS["r3_mechanism"], log_every=1, repro_steps=overrides.pop("steps"), **overrides)
-    h = C.tiny_set_run(cfg.run, cfg.repro_steps)
+    cfg = replace(cifar_config.PLANS["r3_mechanism"], log_every=1, repro_steps=overrides.pop("steps"), **overrides)
+    h = cifar_experiment.tiny_set_run(cfg.run, cfg.repro_steps)
     return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"], "qk_step": h["qk_step"], "test_acc": h["test_acc"]}
 
 

@@ -329,10 +329,10 @@ def test_cifar_summaries_recount_from_the_stored_runs(path):
     The stored t intervals were written with an earlier t quantile (bisection of a continued-fraction
     CDF, off by up to 2e-4 relative at 2 degrees of freedom), so ``diff_ci_pp`` agrees to 1e-3.
     """
-    from stiefel_mini.experiments import cifar
+    from stiefel_mini.experiments.cifar import results as cifar_results
 
     res = json.loads(path.read_text())
-    again = cifar.summary_table(res["runs"])
+    again = cifar_results.summary_table(res["runs"])
     assert len(again) == len(res["summary"])
     for new, old in zip(again, res["summary"]):
         assert set(old) <= set(new), path.name

@@ -78,13 +78,13 @@ def test_experiments_never_import_evidence_and_geometry_only_its_numerics():
 
 def test_the_import_reader_resolves_relative_and_absolute_imports():
     assert "stiefel_mini.geometry" in _imports(MODULES["stiefel_mini.attention"])
-    assert "stiefel_mini.experiments.cifar_results" in _imports(MODULES["stiefel_mini.evidence.runs"])
+    assert "stiefel_mini.experiments.cifar.results" in _imports(MODULES["stiefel_mini.evidence.runs"])
 
 
 # Within experiments: the shared modules, and each experiment's own.
 SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train", "reference_optimizers"}
 EXPERIMENTS = {
-    "cifar": {"cifar", "cifar_config", "cifar_data", "cifar_run", "cifar_results"},
+    "cifar": {"cifar"},
     "grokking": {"grokking", "grokking_config", "grokking_model", "grokking_metrics", "one_run", "peer_curve"},
     "weight_decay": {"weight_decay", "weight_decay_config", "readouts"},
     "compare_tools": {"compare_tools", "orthogonal_decay"},

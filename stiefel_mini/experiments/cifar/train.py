@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from stiefel_mini.attention import entropy
-from stiefel_mini.experiments import cifar_data
 from stiefel_mini.experiments.arms import Arm, arm_spec, make_optimizer, optimizer_options
-from stiefel_mini.experiments.cifar_config import CifarConfig
+from stiefel_mini.experiments.cifar import data as cifar_data
+from stiefel_mini.experiments.cifar.config import CifarConfig
 from stiefel_mini.experiments.runtime import generator, progress, set_threads, stream_seed
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.vit import PatchViT

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from stiefel_mini.experiments.arms import arm_spec
-from stiefel_mini.experiments.cifar_config import PLANS, STUDIES, swept_lrs
+from stiefel_mini.experiments.cifar.config import PLANS, STUDIES, swept_lrs
 from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import compare, holm
 from stiefel_mini.resources import results_path

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stiefel_mini.experiments import cifar, cifar_data
+from stiefel_mini.experiments.cifar import data as cifar_data
+from stiefel_mini.experiments.cifar import train as cifar_train
 
 
 def test_image_folder_loads_and_caches(tiny_root, tmp_path):
@@ -60,13 +61,13 @@ def test_augment_is_a_crop_and_flip_of_each_image():
 
 def test_balanced_subsets_are_nested_and_balanced():
     labels = torch.arange(10).repeat(50)  # 500 labels, 50 per class
-    small = cifar.train_indices(labels, 0.2, torch.Generator().manual_seed(3))
-    large = cifar.train_indices(labels, 0.6, torch.Generator().manual_seed(3))
+    small = cifar_train.train_indices(labels, 0.2, torch.Generator().manual_seed(3))
+    large = cifar_train.train_indices(labels, 0.6, torch.Generator().manual_seed(3))
     assert labels[small].bincount().tolist() == [10] * 10
     assert labels[large].bincount().tolist() == [30] * 10
     assert set(small.tolist()) <= set(large.tolist())
-    assert not torch.equal(small, cifar.train_indices(labels, 0.2, torch.Generator().manual_seed(4)))
-    assert cifar.train_indices(labels, 1.0, torch.Generator().manual_seed(0)).numel() == 500
+    assert not torch.equal(small, cifar_train.train_indices(labels, 0.2, torch.Generator().manual_seed(4)))
+    assert cifar_train.train_indices(labels, 1.0, torch.Generator().manual_seed(0)).numel() == 500
 
 
 def test_normalize_standardises_channels():

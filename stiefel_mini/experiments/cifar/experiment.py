@@ -1,9 +1,9 @@
 """CIFAR-10 patch benchmark: does constraining Q/K to the Stiefel manifold help a small ViT, and why?
 
-The benchmark in four modules: the run config and its plans (:mod:`.cifar_config`), the data
-(:mod:`.cifar_data`), one run (:mod:`.cifar_run`) and reading sweep files (:mod:`.cifar_results`).
-This module is the sweep and the command line, over :mod:`stiefel_mini.experiments.runner`, and
-exports the public names of the other four. Arms at their own best learning rate are compared by
+The benchmark's other modules: the run config and its plans (:mod:`.config`), the data
+(:mod:`.data`), one run (:mod:`.train`) and reading sweep files (:mod:`.results`). This module is
+the sweep and the command line (:func:`main`, run by ``python -m stiefel_mini.experiments.cifar``),
+over :mod:`stiefel_mini.experiments.runner`. Arms at their own best learning rate are compared by
 :mod:`stiefel_mini.evidence`.
 
 Reference: the paper's CIFAR-10 patch benchmark (abstract: +8.98 pp over AdamW over 12 paired
@@ -27,26 +27,18 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from stiefel_mini.experiments import cifar_data
 from stiefel_mini.experiments.arms import arm_spec
-from stiefel_mini.experiments.cifar_config import (ALL_ARMS, PLANS, REPRO_TINY_SET, STUDIES, CifarConfig, CifarData,
-                                                   CifarMachine, CifarModel, CifarOptimizer, CifarSchedule,
-                                                   CifarSweep, stored_config, sweep_settings, swept_lrs)
-from stiefel_mini.experiments.cifar_results import (STUDY_NAMES, direction, groups, lead_text, load_studies, run_key,
-                                                    study_plan, study_status, summary_table)
-from stiefel_mini.experiments.cifar_run import (attention_stats, build_model, evaluate, fixed_subset, lr_factor,
-                                                qk_vector, resolve_device, run, stream, train_indices, train_step)
+from stiefel_mini.experiments.cifar import data as cifar_data
+from stiefel_mini.experiments.cifar.config import (PLANS, REPRO_TINY_SET, CifarConfig, CifarSweep, sweep_settings,
+                                                   swept_lrs)
+from stiefel_mini.experiments.cifar.results import run_key, summary_table
+from stiefel_mini.experiments.cifar.train import resolve_device, run
 from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.records import describe_file, provenance, save_results, utc_now
-from stiefel_mini.experiments.runner import changed_fields, cli, parse_cli, resume, run_grid, stamp
+from stiefel_mini.experiments.runner import changed_fields, parse_cli, resume, run_grid, stamp
 from stiefel_mini.experiments.runtime import set_threads
 
-__all__ = ["ALL_ARMS", "CifarConfig", "CifarModel", "CifarOptimizer", "CifarSchedule", "CifarData", "CifarMachine",
-           "CifarSweep", "PLANS", "STUDIES", "REPRO_TINY_SET", "stored_config", "swept_lrs",
-           "sweep_settings", "resolve_device", "stream", "build_model", "train_indices", "fixed_subset", "lr_factor",
-           "evaluate", "train_step", "attention_stats", "qk_vector", "run", "run_key", "groups", "summary_table",
-           "load_studies", "study_status", "STUDY_NAMES", "study_plan", "direction", "lead_text", "sweep",
-           "merge_results", "tiny_set", "tiny_set_run", "repro_record", "parse_args", "main"]
+__all__ = ["sweep", "merge_results", "tiny_set", "tiny_set_run", "repro_record", "parse_args", "main"]
 
 
 def sweep(cfg: CifarSweep, data: cifar_data.Cifar10 | None = None) -> dict:
@@ -203,7 +195,3 @@ def main(argv: Sequence[str] | None = None) -> dict:
         lrs = f"lr {row['lr']:g}" + ("" if row["frame_lr"] is None else f" frame_lr {row['frame_lr']:g}")
         print(f"frac {row['train_fraction']:<5} {row['arm']:<3} {lrs:<24} acc {100 * row['acc_mean']:5.2f}%  {diff}")
     return payload
-
-
-if __name__ == "__main__":
-    cli(main)

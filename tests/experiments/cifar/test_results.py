@@ -13,7 +13,8 @@ import pytest
 from stiefel_mini import evidence
 from stiefel_mini.evidence import runs as runs_mod
 from stiefel_mini.evidence.runs import by_seed, fitted_check, held_out_best
-from stiefel_mini.experiments import cifar
+from stiefel_mini.experiments.cifar import config as cifar_config
+from stiefel_mini.experiments.cifar import results as cifar_results
 
 
 def rec(arm, seed, acc, lr=1e-3, frame_lr=None, frac=0.3, train_acc=None):
@@ -98,9 +99,9 @@ def test_held_out_best_picks_each_seeds_lr_on_the_other_seeds():
 
 
 def test_study_status_counts_the_planned_grid(tmp_path):
-    cfg = cifar.PLANS["r2_lr"]
+    cfg = cifar_config.PLANS["r2_lr"]
     runs = [rec("A0", 0, 0.5, lr=lr) for lr in cfg.lrs] + [rec("A1", 0, 0.5, lr=cfg.run.optimizer.lr, frame_lr=0.01)]
-    status = {r["preset"]: r for r in cifar.study_status({"r2_lr": {"runs": runs}, "r2_fitted": None})}
+    status = {r["preset"]: r for r in cifar_results.study_status({"r2_lr": {"runs": runs}, "r2_fitted": None})}
     lr = status["r2_lr"]
     n_planned = len(cfg.seeds) * (2 * len(cfg.lrs) + len(cfg.frame_lrs))  # A0 and qknorm on lrs, A1 on frame lrs
     assert lr["planned"] == n_planned and lr["done"] == len(cfg.lrs) + 1
@@ -108,11 +109,11 @@ def test_study_status_counts_the_planned_grid(tmp_path):
     fitted = status["r2_fitted"]
     assert fitted["done"] == 0 and fitted["planned"] == 4 * 5
     # the fitted study's A1 runs at a frame lr picked on the command line: arm, seed and fraction match
-    done = cifar.study_status({"r2_fitted": {"runs": [rec("A1", 0, 0.6, frame_lr=0.3, frac=1.0)]}})[0]
+    done = cifar_results.study_status({"r2_fitted": {"runs": [rec("A1", 0, 0.6, frame_lr=0.3, frac=1.0)]}})[0]
     assert done["done"] == 1 and done["missing"]["A1"] == 4 and done["extra"] == {}
     # runs outside the plan (more seeds of two arms) are counted apart, not as done
     more = [rec(a, s, 0.6, frame_lr=0.3, frac=1.0) for a in ("A0", "A1") for s in (0, 5, 6)]
-    more_status = cifar.study_status({"r2_fitted": {"runs": more}})[0]
+    more_status = cifar_results.study_status({"r2_fitted": {"runs": more}})[0]
     assert more_status["done"] == 2 and more_status["extra"] == {"A0": 2, "A1": 2}
     assert lr["extra"] == {}
 
@@ -122,15 +123,15 @@ def test_load_studies_gives_none_for_absent_files(monkeypatch, tmp_path):
     (tmp_path / "cifar" / "r2_lr.json").write_text(json.dumps({"runs": []}))
     monkeypatch.setattr("stiefel_mini.resources.CHECKOUT_RESULTS", tmp_path)
     monkeypatch.setattr("stiefel_mini.resources.PACKAGED_RESULTS", tmp_path / "none")
-    files = cifar.load_studies(("r2_lr", "r2_fitted"))
+    files = cifar_results.load_studies(("r2_lr", "r2_fitted"))
     assert files == {"r2_lr": {"runs": []}, "r2_fitted": None}
     with pytest.raises(ValueError, match="unknown study"):
-        cifar.load_studies(("r3",))
+        cifar_results.load_studies(("r3",))
 
 
 def test_study_names_cover_every_study_file():
-    assert set(cifar.STUDIES) <= set(cifar.STUDY_NAMES)
-    assert all(not any(w in n for w in ("r2_", "r3_", ".json")) for n in cifar.STUDY_NAMES.values())
+    assert set(cifar_config.STUDIES) <= set(cifar_results.STUDY_NAMES)
+    assert all(not any(w in n for w in ("r2_", "r3_", ".json")) for n in cifar_results.STUDY_NAMES.values())
 
 
 def test_study_plan_reads_the_runs_not_the_top_level_provenance():
@@ -139,36 +140,38 @@ def test_study_plan_reads_the_runs_not_the_top_level_provenance():
     for h in runs:
         h.update(n_train=50_000, steps_total=3900)
     stale = {"seeds": [7], "config": {"arms": ["A1"], "seeds": [7]}}  # one resumed run's record
-    plan = cifar.study_plan({"provenance": stale, "settings": {"batch_size": 128}, "runs": runs})
+    plan = cifar_results.study_plan({"provenance": stale, "settings": {"batch_size": 128}, "runs": runs})
     assert plan["runs"] == 5 and list(plan["arms"]) == ["A0", "A1"]
     assert plan["arms"]["A0"] == {"seeds": [0, 1, 2], "lrs": [3e-3], "frame_lrs": []}
     assert plan["arms"]["A1"] == {"seeds": [0, 2], "lrs": [3e-3], "frame_lrs": [1.0]}
     assert plan["n_train"] == [50_000] and plan["steps"] == [3900] and plan["epochs"] == [10.0]  # 390 a pass
     # First files: no lr in the runs, the file's settings hold it.
-    old = cifar.study_plan({"settings": {"batch_size": 128, "lr": 1e-3}, "runs": [
+    old = cifar_results.study_plan({"settings": {"batch_size": 128, "lr": 1e-3}, "runs": [
         {"arm": "A1", "seed": 0, "n_train": 5000, "steps_total": 234}]})
     assert old["arms"]["A1"]["lrs"] == [1e-3] and old["epochs"] == [6.0]
 
 
 def test_direction_and_lead_text_take_their_words_from_the_sign():
-    assert [cifar.direction(x, "higher", "lower", "level") for x in (0.3, -0.3, 0.0)] == ["higher", "lower", "level"]
+    assert [cifar_results.direction(x, "higher", "lower", "level") for x in (0.3, -0.3, 0.0)] == \
+        ["higher", "lower", "level"]
     with pytest.raises(ValueError, match="needs a number"):
-        cifar.direction(None, "up", "down")
+        cifar_results.direction(None, "up", "down")
     a = {s: rec("A0", s, 0.50) for s in range(4)}
     b = {s: rec("A1", s, 0.50 + (0.02 if s else 0.005)) for s in range(4)}  # 4 wins, an interval above zero
     acc = lambda h: 100 * h["test_acc"]  # noqa: E731
     ahead = evidence.paired(a, b, acc)
     behind = evidence.paired(b, a, acc)
-    assert cifar.lead_text(ahead, "A1", "A0").startswith("A1 is ahead of A0 by 1.62 pp (95% interval ")
-    assert cifar.lead_text(ahead, "A1", "A0").endswith("ahead on 4 of 4 paired seeds")
-    assert cifar.lead_text(behind, "A0", "A1").startswith("A0 is behind A1 by 1.62 pp")
-    assert cifar.lead_text(behind, "A0", "A1").endswith("behind on 4 of 4 paired seeds")
+    assert cifar_results.lead_text(ahead, "A1", "A0").startswith("A1 is ahead of A0 by 1.62 pp (95% interval ")
+    assert cifar_results.lead_text(ahead, "A1", "A0").endswith("ahead on 4 of 4 paired seeds")
+    assert cifar_results.lead_text(behind, "A0", "A1").startswith("A0 is behind A1 by 1.62 pp")
+    assert cifar_results.lead_text(behind, "A0", "A1").endswith("behind on 4 of 4 paired seeds")
     # A metric where lower is better (steps): a positive difference is a loss on each seed.
     slow = evidence.paired({0: 1, 1: 1}, {0: 3, 1: 5}, float, higher_is_better=False, unit="steps")
     # its interval holds zero: no direction word, only the seeds on each side
-    assert cifar.lead_text(slow, "b", "a", "later than", "sooner than") == \
+    assert cifar_results.lead_text(slow, "b", "a", "later than", "sooner than") == \
         "b and a not told apart: a mean gap of 3.00 steps (95% interval -9.71 to +15.71), b later on 2 of 2 paired seeds"
     sure = evidence.paired({0: 1, 1: 1, 2: 1}, {0: 3, 1: 3.2, 2: 2.9}, float, higher_is_better=False, unit="steps")
-    assert cifar.lead_text(sure, "b", "a", "later than", "sooner than").startswith("b is later than a by 2.03 steps")
+    assert cifar_results.lead_text(sure, "b", "a", "later than", "sooner than").startswith(
+        "b is later than a by 2.03 steps")
     with pytest.raises(ValueError, match="no paired seed"):
-        cifar.lead_text(evidence.paired({}, {}, float), "b", "a")
+        cifar_results.lead_text(evidence.paired({}, {}, float), "b", "a")
