@@ -98,16 +98,17 @@ def cifar_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
 
 
 def grokking_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
-    from stiefel_mini.experiments import grokking as G
+    from stiefel_mini.experiments.grokking import config as grokking_config
+    from stiefel_mini.experiments.grokking import experiment as grokking_experiment
 
-    tiny = replace(G.PLANS["tiny"], steps=12, eval_every=4)
+    tiny = replace(grokking_config.PLANS["tiny"], steps=12, eval_every=4)
     for arm in _arm_names():
-        yield "grokking/tiny", arm, lambda arm=arm: G.run(replace(tiny, arm=arm))
-        yield "grokking/fixed", arm, lambda arm=arm: G.run(
+        yield "grokking/tiny", arm, lambda arm=arm: grokking_experiment.run(replace(tiny, arm=arm))
+        yield "grokking/fixed", arm, lambda arm=arm: grokking_experiment.run(
             replace(tiny, arm=arm, logit_rms_init=None, frame_lr=0.03))
-    plan = replace(G.SWEEPS["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
-    yield "grokking/sweep", "tiny", lambda: G.sweep(plan, replace(tiny, steps=6), command="x")
-    yield "grokking/sweep_wd", "tiny", lambda: G.sweep(
+    plan = replace(grokking_config.SWEEPS["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
+    yield "grokking/sweep", "tiny", lambda: grokking_experiment.sweep(plan, replace(tiny, steps=6), command="x")
+    yield "grokking/sweep_wd", "tiny", lambda: grokking_experiment.sweep(
         replace(plan, weight_decays=(0.1, 1.0), arms=("adamw",), out=str(tmp / "gw.json")),
         replace(tiny, steps=6), command="x")
 

@@ -311,12 +311,12 @@ def test_chapters_render_their_boxes_from_the_evidence_layer_and_compute_no_stat
 
 @pytest.mark.parametrize("path", sorted((ROOT / "results" / "grokking").glob("*.json")), ids=lambda p: p.name)
 def test_grokking_metrics_recount_from_the_stored_history(path):
-    from stiefel_mini.experiments import grokking
+    from stiefel_mini.experiments.grokking import metrics as grokking_metrics
     from stiefel_mini.experiments.records import load_results
 
     res = load_results(path)
     for r in res["runs"]:
-        assert grokking.stored_metrics(r, res["base_config"]) == r["metrics"], (path.name, r["arm"], r["seed"])
+        assert grokking_metrics.stored_metrics(r, res["base_config"]) == r["metrics"], (path.name, r["arm"], r["seed"])
 
 
 SUMMARISED = [p for p in sorted((ROOT / "results" / "cifar").glob("*.json")) if "summary" in json.loads(p.read_text())]
@@ -345,16 +345,16 @@ def test_cifar_summaries_recount_from_the_stored_runs(path):
 
 
 def test_recount_rewrites_a_subsampled_file(tmp_path):
-    from stiefel_mini.experiments import grokking
+    from stiefel_mini.experiments.grokking import metrics as grokking_metrics
     from stiefel_mini.experiments.records import load_results, save_results
 
     src = ROOT / "results" / "grokking" / "r2_short.json"
     res = load_results(src)
     res["runs"] = res["runs"][:2]
     for r in res["runs"]:
-        r["history"] = grokking.subsample(r["history"], 30)
+        r["history"] = grokking_metrics.subsample(r["history"], 30)
     path = save_results(tmp_path / "f.json", res)
-    assert grokking.recount(path) == 2 and grokking.recount(path) == 0
+    assert grokking_metrics.recount(path) == 2 and grokking_metrics.recount(path) == 0
     again = load_results(path)
     h = again["runs"][0]["history"]
     spacing = h["step"][1] - h["step"][0]

@@ -85,7 +85,7 @@ def test_the_import_reader_resolves_relative_and_absolute_imports():
 SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train", "reference_optimizers"}
 EXPERIMENTS = {
     "cifar": {"cifar"},
-    "grokking": {"grokking", "grokking_config", "grokking_model", "grokking_metrics", "one_run", "peer_curve"},
+    "grokking": {"grokking"},
     "weight_decay": {"weight_decay", "weight_decay_config", "readouts"},
     "compare_tools": {"compare_tools", "orthogonal_decay"},
     "lm": {"lm", "lm_config", "lm_data", "lm_model", "lm_plan", "lm_results", "lm_attention", "lm_round2",

@@ -1,10 +1,10 @@
-"""Tests of stiefel_mini.experiments.one_run: the one-run-per-arm design replayed on stored curves."""
+"""Tests of stiefel_mini.experiments.grokking.one_run: the one-run-per-arm design replayed on stored curves."""
 
 from __future__ import annotations
 
 import pytest
 
-from stiefel_mini.experiments import one_run
+from stiefel_mini.experiments.grokking import one_run as one_run
 
 
 def hist(*vals, every=10):

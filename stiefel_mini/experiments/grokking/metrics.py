@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from stiefel_mini.experiments.grokking_config import GrokkingConfig
+from stiefel_mini.experiments.grokking.config import GrokkingConfig
 from stiefel_mini.experiments.records import config_from_dict, load_results, save_results
 
 __all__ = ["first_step", "collapses", "drops", "metrics", "stored_metrics", "recount", "subsample", "runs_by_arm",

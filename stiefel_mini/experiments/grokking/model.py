@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from stiefel_mini.attention import make_attention
 from stiefel_mini.experiments.arms import arm_spec
-from stiefel_mini.experiments.grokking_config import GrokkingConfig
+from stiefel_mini.experiments.grokking.config import GrokkingConfig
 from stiefel_mini.experiments.runtime import generator
 from stiefel_mini.geometry import random_stiefel
 

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from stiefel_mini.experiments.grokking_metrics import first_step
+from stiefel_mini.experiments.grokking.metrics import first_step
 
 __all__ = ["NANDA_PHASES", "LANDMARKS", "landmarks", "agreement_rows"]
 

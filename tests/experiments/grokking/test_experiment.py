@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from stiefel_mini import evidence
-from stiefel_mini.experiments import grokking as G
 from stiefel_mini.experiments.config import ConfigError, parse_config, replace
+from stiefel_mini.experiments.grokking import config as grokking_config
+from stiefel_mini.experiments.grokking import experiment as grokking_experiment
+from stiefel_mini.experiments.grokking import metrics as grokking_metrics
 from stiefel_mini.experiments.records import config_from_dict, load_results, save_results
 
-RESULTS = Path(__file__).resolve().parents[2] / "results" / "grokking" / "cpu.json"
+RESULTS = Path(__file__).resolve().parents[3] / "results" / "grokking" / "cpu.json"
 
-PROFILE = Path(__file__).resolve().parents[2] / "results" / "repro_profile.json"
+PROFILE = Path(__file__).resolve().parents[3] / "results" / "repro_profile.json"
 
 # Reproduction tolerances, from the measured divergence profile (results/repro_profile.json, written
 # by scripts/repro_profile.py; results/README.md has its table). With other CPU kernels forced here
@@ -39,8 +41,8 @@ ACC_ATOL = 0.02
 PROFILED_STEPS = 100
 
 
-def _config(stored: dict) -> G.GrokkingConfig:
-    return config_from_dict(G.GrokkingConfig, stored)
+def _config(stored: dict) -> grokking_config.GrokkingConfig:
+    return config_from_dict(grokking_config.GrokkingConfig, stored)
 
 
 def _assert_reproduces(again: dict, stored: dict, label: str) -> None:
@@ -57,28 +59,29 @@ def _assert_reproduces(again: dict, stored: dict, label: str) -> None:
             assert abs(again[key][j] - stored[key][i]) <= ACC_ATOL, (label, key, s)
 
 
-def _small(arm: str, seed: int = 0, **kw) -> G.GrokkingConfig:
-    return replace(G.GrokkingConfig(), p=11, d_model=16, n_heads=2, d_mlp=32, arm=arm, seed=seed, progress=False,
-                   **kw)
+def _small(arm: str, seed: int = 0, **kw) -> grokking_config.GrokkingConfig:
+    return replace(grokking_config.GrokkingConfig(), p=11, d_model=16, n_heads=2, d_mlp=32, arm=arm, seed=seed,
+                   progress=False, **kw)
 
 
 def test_run_logs_logits_norms_and_scale():
-    h = G.run(replace(G.PLANS["tiny"], arm="stiefel_learned", steps=10))["history"]
+    h = grokking_experiment.run(replace(grokking_config.PLANS["tiny"], arm="stiefel_learned", steps=10))["history"]
     assert len(h["max_logit"]) == len(h["step"]) == len(h["weight_norm"]) == len(h["scale"])
     assert all(m >= r > 0 for m, r in zip(h["max_logit"], h["logit_rms"]))
-    assert h["weight_norm"][0]["attn.w_q"] == pytest.approx(math.sqrt(G.PLANS["tiny"].model.d_model), rel=1e-5)
+    d_model = grokking_config.PLANS["tiny"].model.d_model
+    assert h["weight_norm"][0]["attn.w_q"] == pytest.approx(math.sqrt(d_model), rel=1e-5)
     assert h["scale"][-1] != h["scale"][0]  # the temperature is learned
-    u = G.run(replace(G.PLANS["tiny"], arm="uniform", steps=5))["history"]
+    u = grokking_experiment.run(replace(grokking_config.PLANS["tiny"], arm="uniform", steps=5))["history"]
     assert u["max_logit"][0] is None
 
 
 def test_run_records_history_and_frames_stay_on_manifold():
-    out = G.run(_small("stiefel", steps=20, eval_every=5, lr=1e-2))
+    out = grokking_experiment.run(_small("stiefel", steps=20, eval_every=5, lr=1e-2))
     h = out["history"]
     assert h["step"] == [0, 5, 10, 15, 20]
     assert max(h["orth_q"]) < 1e-4 and h["dist_q"][0] == 0 and h["dist_q"][-1] > 0
     assert all(len(e) == 2 for e in h["entropy"])
-    frozen = G.run(_small("frozen", steps=10, eval_every=5))["history"]
+    frozen = grokking_experiment.run(_small("frozen", steps=10, eval_every=5))["history"]
     assert frozen["dist_q"] == [0.0, 0.0, 0.0] and frozen["step_k"] == [0.0, 0.0, 0.0]
 
 
@@ -89,18 +92,19 @@ def test_warmup_scales_the_lr_linearly_from_zero():
     weight whose gradient keeps its sign is about lr per entry, so the ratio of the steps of updates 2
     and 3 under warm-up 4 is (2/4) / (3/4) of the unwarmed ratio."""
     base = _small("adamw", steps=6, eval_every=1, lr=1e-3, weight_decay=0.0)
-    plain = G.run(base)["history"]["step_q"]
-    warm = G.run(replace(base, warmup_steps=4))["history"]["step_q"]
+    plain = grokking_experiment.run(base)["history"]["step_q"]
+    warm = grokking_experiment.run(replace(base, warmup_steps=4))["history"]["step_q"]
     assert warm[1] == 0.0 and plain[1] > 0  # update 1 (s = 0) has factor 0
     for s in (1, 2, 3):
         assert warm[s + 1] / plain[s + 1] == pytest.approx(s / 4, rel=0.05), s
     with pytest.raises(ValueError, match="warmup_steps"):
-        G.run(replace(base, warmup_steps=-1))
+        grokking_experiment.run(replace(base, warmup_steps=-1))
 
 
 def test_sweep_runs_record_start_time_and_cpu(tmp_path):
-    scfg = G.SweepConfig(seeds=(0,), arms=("adamw",), out=str(tmp_path / "r.json"), repro_arm="adamw", repro_steps=2)
-    G.sweep(scfg, _small("adamw", steps=4, eval_every=2))
+    scfg = grokking_config.SweepConfig(seeds=(0,), arms=("adamw",), out=str(tmp_path / "r.json"), repro_arm="adamw",
+                                       repro_steps=2)
+    grokking_experiment.sweep(scfg, _small("adamw", steps=4, eval_every=2))
     stored = load_results(scfg.out)
     run = stored["runs"][0]
     assert run["started_utc"] >= stored["provenance"]["timestamp_utc"]  # the run starts after the sweep
@@ -111,18 +115,19 @@ def test_sweep_runs_record_start_time_and_cpu(tmp_path):
 
 def test_cli_overrides_are_type_checked():
     with pytest.raises(ConfigError, match="steps"):
-        parse_config(G.GrokkingConfig, ["--steps", "many"])
+        parse_config(grokking_config.GrokkingConfig, ["--steps", "many"])
     with pytest.raises(ConfigError, match="op"):
-        parse_config(G.GrokkingConfig, ["--op", "mul"])
+        parse_config(grokking_config.GrokkingConfig, ["--op", "mul"])
     with pytest.raises(ConfigError, match="unknown arm 'foo'"):
-        G.main(["--arm", "foo"])
+        grokking_experiment.main(["--arm", "foo"])
     with pytest.raises(ConfigError, match="seeds"):
-        G.main(["sweep", "--seeds", "one"])
+        grokking_experiment.main(["sweep", "--seeds", "one"])
 
 
 def test_cli_writes_results_with_provenance(tmp_path, capsys):
     out = tmp_path / "one.json"
-    G.main(["--p", "7", "--d_model", "8", "--n_heads", "2", "--d_mlp", "8", "--steps", "4", "--eval_every", "2",
+    grokking_experiment.main(["--p", "7", "--d_model", "8", "--n_heads", "2", "--d_mlp", "8", "--steps", "4",
+                              "--eval_every", "2",
             "--arm", "stiefel", "--progress", "false", "--out", str(out)])
     assert "stiefel seed 0" in capsys.readouterr().out
     stored = load_results(out)
@@ -133,18 +138,18 @@ def test_cli_writes_results_with_provenance(tmp_path, capsys):
 def test_sweep_writes_incrementally_and_resumes(tmp_path):
     torch.set_num_threads(2)  # the sweep's own setting, not the caller's, is what it records
     base = replace(_small("adamw", steps=6, eval_every=3), threads=1)
-    scfg = G.SweepConfig(seeds=(0, 1), arms=("adamw", "uniform"), out=str(tmp_path / "r.json"),
+    scfg = grokking_config.SweepConfig(seeds=(0, 1), arms=("adamw", "uniform"), out=str(tmp_path / "r.json"),
                          repro_arm="adamw", repro_steps=3)
-    payload = G.sweep(scfg, base, command="test")
+    payload = grokking_experiment.sweep(scfg, base, command="test")
     assert [(r["seed"], r["arm"]) for r in payload["runs"]] == [(0, "adamw"), (0, "uniform"),
                                                                  (1, "adamw"), (1, "uniform")]
     stored = load_results(scfg.out)
     assert stored["provenance"]["command"] == "test" and stored["repro"]["history"]["step"] == [0, 3]
     assert stored["provenance"]["torch_threads"] == 1
-    again = G.sweep(replace(scfg, seeds=(0, 1, 2)), base, command="again")
+    again = grokking_experiment.sweep(replace(scfg, seeds=(0, 1, 2)), base, command="again")
     assert len(again["runs"]) == 6 and again["runs"][0] == stored["runs"][0]
     assert [p["command"] for p in again["provenance_previous"]] == ["test"]
-    redo = G.sweep(replace(scfg, seeds=(0, 1, 2), redo_arms=("adamw",)), base, command="redo")
+    redo = grokking_experiment.sweep(replace(scfg, seeds=(0, 1, 2), redo_arms=("adamw",)), base, command="redo")
     assert [(r["seed"], r["arm"]) for r in redo["runs"][:3]] == [(0, "uniform"), (1, "uniform"),
                                                                   (2, "uniform")]
     assert len(redo["runs"]) == 6 and redo["repro"] is not None
@@ -155,38 +160,38 @@ def test_sweep_writes_incrementally_and_resumes(tmp_path):
         r["git_dirty"] = False
     stored["runs"][1].update(git_dirty=True, marker="from an edited tree")
     save_results(scfg.out, stored)
-    kept = G.sweep(replace(scfg, seeds=(0, 1, 2)), base, command="kept")
+    kept = grokking_experiment.sweep(replace(scfg, seeds=(0, 1, 2)), base, command="kept")
     assert [r.get("marker") for r in kept["runs"]].count("from an edited tree") == 1
-    clean = G.sweep(replace(scfg, seeds=(0, 1, 2), redo_dirty=True), base, command="clean")
+    clean = grokking_experiment.sweep(replace(scfg, seeds=(0, 1, 2), redo_dirty=True), base, command="clean")
     assert len(clean["runs"]) == 6 and not any("marker" in r for r in clean["runs"])
     assert [(r["seed"], r["arm"]) for r in clean["runs"]][-1] == (1, "uniform")  # run again, in its turn
 
 
 def test_weight_decay_plan_sweeps_decay_and_refuses_another_config(tmp_path):
-    base = G.PLANS["tiny"]
-    scfg = replace(G.SWEEPS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
+    base = grokking_config.PLANS["tiny"]
+    scfg = replace(grokking_config.SWEEPS["tiny"], seeds=(0,), arms=("adamw",), weight_decays=(0.1, 1.0),
                    out=str(tmp_path / "wd.json"))
-    payload = G.sweep(scfg, replace(base, steps=6), command="wd")
+    payload = grokking_experiment.sweep(scfg, replace(base, steps=6), command="wd")
     assert [(r["weight_decay"], r["arm"]) for r in payload["runs"]] == [(0.1, "adamw"), (1.0, "adamw")]
     assert payload["runs"][0]["metrics"] != payload["runs"][1]["metrics"]
     assert all("git_commit" in r and "git_dirty" in r for r in payload["runs"])
-    assert set(G.runs_by_arm(payload, weight_decay=0.1)) == {"adamw"}
+    assert set(grokking_metrics.runs_by_arm(payload, weight_decay=0.1)) == {"adamw"}
     with pytest.raises(ValueError, match="weight_decay"):
-        G.runs_by_arm(payload)
-    again = G.sweep(scfg, replace(base, steps=6), command="again")  # nothing left to run
+        grokking_metrics.runs_by_arm(payload)
+    again = grokking_experiment.sweep(scfg, replace(base, steps=6), command="again")  # nothing left to run
     assert again["runs"] == load_results(scfg.out)["runs"]
     with pytest.raises(ValueError, match="other settings"):
-        G.sweep(scfg, replace(base, steps=7))
+        grokking_experiment.sweep(scfg, replace(base, steps=7))
 
 
 def test_weight_decay_sweep_copies_runs_it_can_reuse(tmp_path):
-    base = replace(G.PLANS["tiny"], steps=6)
-    plan = replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
-    src = G.sweep(replace(plan, arms=("adamw", "frozen_learned"), seeds=(0, 1),
+    base = replace(grokking_config.PLANS["tiny"], steps=6)
+    plan = replace(grokking_config.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"), seeds=(0,))
+    src = grokking_experiment.sweep(replace(plan, arms=("adamw", "frozen_learned"), seeds=(0, 1),
                           out=str(tmp_path / "long.json")), base, command="long")
     wd = base.optimizer.weight_decay
     wd_plan = replace(plan, weight_decays=(0.1, wd), out=str(tmp_path / "wd.json"), reuse=str(tmp_path / "long.json"))
-    got = G.sweep(wd_plan, base, command="wd")
+    got = grokking_experiment.sweep(wd_plan, base, command="wd")
     keys = [(r["arm"], r["seed"], r["weight_decay"], r.get("copied_from")) for r in got["runs"]]
     # seed 1 and frozen_learned are not this sweep's; stiefel_learned at the base decay is not in the file
     assert keys == [("adamw", 0, 0.1, None), ("stiefel_learned", 0, 0.1, None),
@@ -194,39 +199,41 @@ def test_weight_decay_sweep_copies_runs_it_can_reuse(tmp_path):
     copied, ran = got["runs"][2], got["runs"][3]
     assert copied["metrics"] == src["runs"][0]["metrics"] and copied["history"] == src["runs"][0]["history"]
     # the copy is the run this sweep would have made
-    fresh = G.run(replace(base, arm="adamw", seed=0, weight_decay=wd))
+    fresh = grokking_experiment.run(replace(base, arm="adamw", seed=0, weight_decay=wd))
     assert fresh["metrics"] == copied["metrics"]
     assert ran["metrics"] != got["runs"][1]["metrics"]  # the decay reached the run
     with pytest.raises(ValueError, match=r"another base config \(fields \['steps'\]\)"):
-        G.reusable_runs(wd_plan, replace(base, steps=7))
+        grokking_experiment.reusable_runs(wd_plan, replace(base, steps=7))
 
 
 def test_merge_results_of_parallel_sweeps(tmp_path):
-    base = replace(G.PLANS["tiny"], steps=6)
-    plan = replace(G.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"))
-    a = G.sweep(replace(plan, seeds=(0,), out=str(tmp_path / "a.json")), base, command="a")
-    b = G.sweep(replace(plan, seeds=(1,), out=str(tmp_path / "b.json")), base, command="b")
-    merged = G.merge_results([a, b])
+    base = replace(grokking_config.PLANS["tiny"], steps=6)
+    plan = replace(grokking_config.SWEEPS["tiny"], arms=("adamw", "stiefel_learned"))
+    a = grokking_experiment.sweep(replace(plan, seeds=(0,), out=str(tmp_path / "a.json")), base, command="a")
+    b = grokking_experiment.sweep(replace(plan, seeds=(1,), out=str(tmp_path / "b.json")), base, command="b")
+    merged = grokking_experiment.merge_results([a, b])
     assert [(r["seed"], r["arm"]) for r in merged["runs"]] == [(0, "adamw"), (0, "stiefel_learned"),
                                                                (1, "adamw"), (1, "stiefel_learned")]
     assert merged["sweep"]["seeds"] == [0, 1] and [p["command"] for p in merged["provenance_merged"]] == ["a", "b"]
-    rows = evidence.grokking_rows(lambda a: G.seed_runs(merged, a), [("stiefel_learned", "adamw")], ["final_val_acc"])
+    rows = evidence.grokking_rows(lambda a: grokking_metrics.seed_runs(merged, a), [("stiefel_learned", "adamw")],
+                                  ["final_val_acc"])
     assert rows[0]["n"] == 2 and rows[0]["seeds"] == [0, 1]
     with pytest.raises(ValueError, match="more than one file"):
-        G.merge_results([a, a])
-    other = G.sweep(replace(plan, seeds=(1,), out=str(tmp_path / "c.json")),
+        grokking_experiment.merge_results([a, a])
+    other = grokking_experiment.sweep(replace(plan, seeds=(1,), out=str(tmp_path / "c.json")),
                     replace(base, steps=5))
     with pytest.raises(ValueError, match="different base configs"):
-        G.merge_results([a, other])
+        grokking_experiment.merge_results([a, other])
 
 
 def test_cli_plan(tmp_path, capsys):
     out = tmp_path / "plan.json"
-    G.main(["sweep", "--plan", "tiny", "--seeds", "0", "--arms", "adamw", "--steps", "4", "--out", str(out)])
+    grokking_experiment.main(["sweep", "--plan", "tiny", "--seeds", "0", "--arms", "adamw", "--steps", "4",
+                              "--out", str(out)])
     stored = load_results(out)
     assert stored["sweep"]["repro_arm"] == "stiefel_learned" and stored["base_config"]["logit_rms_init"] == 1.0
     with pytest.raises(ConfigError, match="--plan"):
-        G.main(["sweep", "--plan", "nope"])
+        grokking_experiment.main(["sweep", "--plan", "nope"])
 
 
 def test_first_updates_reproduce_the_profiled_run():
@@ -234,7 +241,7 @@ def test_first_updates_reproduce_the_profiled_run():
     prof = next(p for p in load_results(PROFILE)["profiles"] if p["task"] == "grokking")
     ref = prof["runs"]["kernel:native"]
     cfg = replace(_config(ref["config"]), steps=EARLY_UPDATES)
-    again = G.run(cfg)["history"]
+    again = grokking_experiment.run(cfg)["history"]
     assert again["step"] == ref["step"][:EARLY_UPDATES + 1]
     for key in ("train_loss", "dist_q"):
         torch.testing.assert_close(torch.tensor(again[key]), torch.tensor(ref[key][:EARLY_UPDATES + 1]),
@@ -246,7 +253,7 @@ def test_reproduces_the_studies_results():
     for path in sorted(RESULTS.parent.glob("r2_*.json")):
         repro = load_results(path)["repro"]
         cfg = replace(_config(repro["config"]), progress=False)
-        _assert_reproduces(G.run(cfg)["history"], repro["history"], path.name)
+        _assert_reproduces(grokking_experiment.run(cfg)["history"], repro["history"], path.name)
 
 
 @pytest.mark.skipif(not RESULTS.exists(), reason="no committed grokking results")
@@ -257,7 +264,7 @@ def test_reproduces_committed_results():
     results = load_results(RESULTS)
     repro = results["repro"]
     cfg = replace(_config(repro["config"]), progress=False, steps=PROFILED_STEPS)
-    again = G.run(cfg)["history"]
+    again = grokking_experiment.run(cfg)["history"]
     _assert_reproduces(again, repro["history"], "repro")
     full = next(r for r in results["runs"] if r["arm"] == cfg.arm and r["seed"] == cfg.seed)
     _assert_reproduces(again, full["history"], "committed run")
@@ -269,7 +276,8 @@ def test_every_study_the_evidence_reads_has_a_readers_name_and_loads():
     read = {f.split("/", 1)[1].removesuffix(".json") for c in evidence.CLAIMS
             for comp in (*(x for fam in c.primaries for x in fam), *c.secondary) for f in comp.files
             if f.startswith("grokking/")}
-    assert read and read <= set(G.STUDY_NAMES), f"studies without a reader's name: {read - set(G.STUDY_NAMES)}"
-    assert all(G.load_study(name)["runs"] for name in read)
+    names = set(grokking_config.STUDY_NAMES)
+    assert read and read <= names, f"studies without a reader's name: {read - names}"
+    assert all(grokking_experiment.load_study(name)["runs"] for name in read)
     with pytest.raises(ValueError, match="unknown grokking study 'r9'"):
-        G.load_study("r9")
+        grokking_experiment.load_study("r9")

@@ -1,8 +1,8 @@
-"""Tests of stiefel_mini.experiments.peer_curve: a run's landmarks against Nanda et al.'s phases."""
+"""Tests of stiefel_mini.experiments.grokking.peer_curve: a run's landmarks against Nanda et al.'s phases."""
 
 from __future__ import annotations
 
-from stiefel_mini.experiments import peer_curve
+from stiefel_mini.experiments.grokking import peer_curve as peer_curve
 
 
 def test_landmarks_and_their_placement_against_the_phases():

@@ -7,17 +7,17 @@ generalises to the held-out pairs -- "grokking" (Power et al. 2022). The experim
 seeds that are paired across arms (same data split, same initial weights), how long each arm takes to
 grok and whether the accuracy stays once reached.
 
-Arms (see :data:`ARM_NAMES` and :mod:`stiefel_mini.experiments.arms`): ``adamw`` (Q/K decayed like
+Arms (see :data:`.config.ARM_NAMES` and :mod:`stiefel_mini.experiments.arms`): ``adamw`` (Q/K decayed like
 every weight), ``adamw_nodecay_qk``, ``stiefel`` (StiefelAdam's frame rule on the Q/K frames, AdamW on
 the rest), ``frozen`` (random frames never updated) and ``uniform`` (a control: attention weights fixed
-at 1/3, removing the routing entirely). The studies' arms (:data:`STUDY_ARMS`) separate "Stiefel" from
+at 1/3, removing the routing entirely). The studies' arms (:data:`.config.STUDY_ARMS`) separate "Stiefel" from
 "flat attention": ``stiefel_learned`` and ``frozen_learned`` carry a learned per-head temperature
 started at a set logit size (``logit_rms_init``), ``adamw_scaled_qk`` takes AdamW steps on Q/K as
 small as StiefelAdam's, and ``qknorm`` bounds the logits by normalising q and k.
 
-The experiment in four modules: configs and plans (:mod:`.grokking_config`), task and model
-(:mod:`.grokking_model`), metrics and run selection (:mod:`.grokking_metrics`), and this one: the
-run, the sweep (over :mod:`stiefel_mini.experiments.runner`) and the command line. Usage::
+The experiment's other modules: configs and plans (:mod:`.config`), task and model (:mod:`.model`),
+metrics and run selection (:mod:`.metrics`). This one is the run, the sweep (over
+:mod:`stiefel_mini.experiments.runner`) and the command line (:func:`main`). Usage::
 
     python -m stiefel_mini.experiments.grokking --arm stiefel --seed 0 --out results/grokking/one.json
     python -m stiefel_mini.experiments.grokking sweep --seeds 0 1 2 3 4 --out results/grokking/cpu.json
@@ -42,25 +42,18 @@ import torch.nn.functional as F
 from stiefel_mini.attention import entropy
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_options
 from stiefel_mini.experiments.config import ConfigError, config_help, replace
-from stiefel_mini.experiments.grokking_config import (ARM_NAMES, PLANS, STUDY_ARMS, SWEEPS, GrokkingConfig,
-                                                      GrokkingModel, GrokkingOptimizer, ModularTask, STUDY_NAMES,
-                                                      SweepConfig)
-from stiefel_mini.experiments.grokking_metrics import (collapses, curve_bands, drops, first_step, metrics, recount,
-                                                       runs_by_arm, seed_runs, stored_metrics, subsample)
-from stiefel_mini.experiments.grokking_model import (GrokkingTransformer, build_model, last_logits, make_dataset,
-                                                     match_logit_scale, modular_table)
+from stiefel_mini.experiments.grokking.config import PLANS, SWEEPS, GrokkingConfig, STUDY_NAMES, SweepConfig
+from stiefel_mini.experiments.grokking.metrics import metrics, recount, subsample
+from stiefel_mini.experiments.grokking.model import build_model, last_logits, make_dataset
 from stiefel_mini.experiments.records import (config_dict, cpu_description, load_results, provenance, save_results,
                                               utc_now)
-from stiefel_mini.experiments.runner import cli, parse_cli, parse_sweep_cli, resume, run_grid
+from stiefel_mini.experiments.runner import parse_cli, parse_sweep_cli, resume, run_grid
 from stiefel_mini.experiments.runtime import progress, set_threads, subnormals_flushed
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.resources import results_path
 
-__all__ = ["ARM_NAMES", "STUDY_ARMS", "ModularTask", "GrokkingModel", "GrokkingOptimizer", "GrokkingConfig", "PLANS",
-           "SweepConfig", "SWEEPS", "modular_table", "make_dataset", "GrokkingTransformer", "build_model",
-           "last_logits", "match_logit_scale", "first_step", "collapses", "drops", "metrics", "stored_metrics",
-           "recount", "subsample", "runs_by_arm", "seed_runs", "curve_bands", "run", "repro_record", "run_key",
-           "reusable_runs", "sweep", "merge_results", "STUDY_NAMES", "load_study", "parse_args", "main"]
+__all__ = ["run", "repro_record", "run_key", "reusable_runs", "sweep", "merge_results", "load_study", "parse_args",
+           "main"]
 
 
 def run(cfg: GrokkingConfig) -> dict:
@@ -337,7 +330,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     if out:
         save_results(out, {"experiment": "grokking", "provenance": provenance(cfg, [cfg.seed]),
                            **result})
-
-
-if __name__ == "__main__":
-    cli(main)
