@@ -88,8 +88,7 @@ EXPERIMENTS = {
     "grokking": {"grokking"},
     "weight_decay": {"weight_decay", "weight_decay_config", "readouts"},
     "compare_tools": {"compare_tools", "orthogonal_decay"},
-    "lm": {"lm", "lm_config", "lm_data", "lm_model", "lm_plan", "lm_results", "lm_attention", "lm_round2",
-           "lm_round2_run"},
+    "lm": {"lm"},
     "patch_attention": {"patch_attention"},
     "fsdp_example": {"fsdp_example"},
 }

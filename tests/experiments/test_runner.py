@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from stiefel_mini.experiments import lm, runner
+from stiefel_mini.experiments import runner
 from stiefel_mini.experiments.cifar import experiment as cifar_experiment
 from stiefel_mini.experiments.config import ConfigError
 from stiefel_mini.experiments.grokking import experiment as grokking_experiment
+from stiefel_mini.experiments.lm import experiment as lm_experiment
 from stiefel_mini.experiments.records import save_results
 
 REPO = Path(__file__).resolve().parents[2]
-PARSERS = {"cifar": cifar_experiment.parse_args, "grokking": grokking_experiment.parse_args, "lm": lm.parse_args}
+PARSERS = {"cifar": cifar_experiment.parse_args, "grokking": grokking_experiment.parse_args,
+           "lm": lm_experiment.parse_args}
 
 
 def test_changed_fields_names_every_disagreeing_key():

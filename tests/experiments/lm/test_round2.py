@@ -7,8 +7,8 @@ import math
 import pytest
 
 from stiefel_mini.evidence.claims import FAMILY_ARMS, LM2_CLAIMS
-from stiefel_mini.experiments.lm_round2 import (ARMS2, FAMILIES, ROUND2, ArmGrid, Round2, better_arm, budget,
-                                                plan2, point_key)
+from stiefel_mini.experiments.lm.round2 import (ARMS2, FAMILIES, ROUND2, ArmGrid, Round2, better_arm, budget, plan2,
+                                                point_key)
 
 pytestmark = pytest.mark.quick
 

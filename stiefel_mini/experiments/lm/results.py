@@ -1,6 +1,6 @@
 """Reading the language-model study's results: sweeps, curves, samples and costs per arm, and the setup.
 
-Pure functions of the payload :func:`stiefel_mini.experiments.lm.study` writes (``results/lm/study.json``)
+Pure functions of the payload :func:`stiefel_mini.experiments.lm.experiment.study` writes (``results/lm/study.json``)
 and of the benchmark's record (``results/benchmarks/lm_throughput.json``), for the chapter and the
 evidence layer; :func:`setup_facts` gathers the numbers that describe a run. No training code. The
 comparisons and verdicts are the evidence layer's (:data:`stiefel_mini.evidence.claims.LM_CLAIMS`).
@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from stiefel_mini.experiments.lm_config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
-from stiefel_mini.experiments.lm_plan import plan
+from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
+from stiefel_mini.experiments.lm.plan import plan
 from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
@@ -46,8 +46,8 @@ def setup_facts(cfg: LMConfig = PRESETS["cpu"]) -> dict:
     """
     import inspect
 
-    from stiefel_mini.experiments.lm import sample
-    from stiefel_mini.experiments.lm_model import build_model
+    from stiefel_mini.experiments.lm.experiment import sample
+    from stiefel_mini.experiments.lm.model import build_model
     from stiefel_mini.experiments.reference_optimizers import newton_schulz
 
     meta = load_results(results_path(TOKENIZER_META))
@@ -92,7 +92,7 @@ def load_throughput() -> dict | None:
 
 def progress_counts(payload: dict | None, study: LMStudy = STUDY) -> dict:
     """``{"sweep", "seeds", "remaining", "best"}``: finished sweep and seed runs, runs still to go
-    (:func:`stiefel_mini.experiments.lm_plan.plan`) and each swept arm's best lr fields."""
+    (:func:`stiefel_mini.experiments.lm.plan.plan`) and each swept arm's best lr fields."""
     runs = payload["runs"] if payload else []
     state = plan(study, runs)
     return {"sweep": sum(r["phase"] == "sweep" for r in runs), "seeds": sum(r["phase"] == "seeds" for r in runs),

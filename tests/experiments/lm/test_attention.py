@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from stiefel_mini.experiments.lm_attention import QKNorm, attention_stats
+from stiefel_mini.experiments.lm.attention import QKNorm, attention_stats
 
 pytestmark = pytest.mark.quick
 

@@ -7,9 +7,9 @@ import torch
 
 from stiefel_mini import StiefelMuon, StiefelAdam
 from stiefel_mini.experiments.config import replace
-from stiefel_mini.experiments.lm_config import PRESETS
-from stiefel_mini.experiments.lm_round2 import ARMS2, DEFAULTS, USES2
-from stiefel_mini.experiments.lm_round2_run import _muon_groups, build, run_point, setup_for
+from stiefel_mini.experiments.lm.config import PRESETS
+from stiefel_mini.experiments.lm.round2 import ARMS2, DEFAULTS, USES2
+from stiefel_mini.experiments.lm.round2_run import _muon_groups, build, run_point, setup_for
 
 pytest.importorskip("transformers")
 CFG = replace(PRESETS["tiny"], seed=3)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stiefel_mini.experiments.lm_config import STUDY, ArmSweep, LMStudy
-from stiefel_mini.experiments.lm_plan import plan, sweep_grid
+from stiefel_mini.experiments.lm.config import STUDY, ArmSweep, LMStudy
+from stiefel_mini.experiments.lm.plan import plan, sweep_grid
 
 
 def _finish(points, bpb):

@@ -1,11 +1,11 @@
-"""How each arm of the second language-model study is built and run, and its schedule for :func:`.lm.study`.
+"""How each arm of the second language-model study is built and run, and its schedule for :func:`.experiment.study`.
 
-Every arm of a seed starts from the same GPT-2 weights (:func:`~stiefel_mini.experiments.lm_model.gpt2`)
+Every arm of a seed starts from the same GPT-2 weights (:func:`~stiefel_mini.experiments.lm.model.gpt2`)
 computing the same function: the AdamW arms convert it with ``stiefel=False`` (Q/K stored per head,
 as in the first study), the Stiefel arms with frames and a learned per-head logit scale (started
 at the scale the polar map removed), the Muon arms keep GPT-2's fused Q|K|V ``Conv1D`` so that
 StiefelMuon can orthogonalise Q, K and V whole or per head. QK-norm
-(:func:`~stiefel_mini.experiments.lm_attention.add_qk_norm`) changes the function, by design.
+(:func:`~stiefel_mini.experiments.lm.attention.add_qk_norm`) changes the function, by design.
 
 Who trains what (``wd``: the weight decay, 0.1 for every matrix and embedding of every arm, never
 for vectors, gains or frames):
@@ -30,11 +30,11 @@ from torch import nn
 
 from stiefel_mini import StiefelMuon, convert_attention, mark_adamw_params
 from stiefel_mini.experiments.config import replace
-from stiefel_mini.experiments.lm import Schedule, run
-from stiefel_mini.experiments.lm_attention import add_qk_norm
-from stiefel_mini.experiments.lm_config import LMConfig
-from stiefel_mini.experiments.lm_model import gpt2, make_optimizers, parameter_roles
-from stiefel_mini.experiments.lm_round2 import ARMS2, ROUND2, Round2, plan2, point_key
+from stiefel_mini.experiments.lm.attention import add_qk_norm
+from stiefel_mini.experiments.lm.config import LMConfig
+from stiefel_mini.experiments.lm.experiment import Schedule, run
+from stiefel_mini.experiments.lm.model import gpt2, make_optimizers, parameter_roles
+from stiefel_mini.experiments.lm.round2 import ARMS2, ROUND2, Round2, plan2, point_key
 from stiefel_mini.experiments.records import cpu_description, jsonable, utc_now
 
 __all__ = ["STATS_WINDOWS", "build", "setup_for", "run_point", "schedule"]
@@ -80,7 +80,7 @@ def _muon_groups(model: nn.Module, cfg: LMConfig, per_head: bool) -> list[dict]:
 
 
 def setup_for(point: dict):
-    """``setup(cfg, eot_id) -> (model, optimizers)`` for :func:`~stiefel_mini.experiments.lm.run`."""
+    """``setup(cfg, eot_id) -> (model, optimizers)`` for :func:`~stiefel_mini.experiments.lm.experiment.run`."""
     arm = point["arm"]
 
     def setup(cfg: LMConfig, eot_id: int):
@@ -100,7 +100,7 @@ def run_point(cfg: LMConfig, point: dict, commit: dict) -> dict:
 
     The record: the point (arm, seed, phase, steps, settings), ``logit_scale`` (``"learned"`` for the
     Stiefel arms), ``qk_norm``, ``max_logit`` and ``min_entropy`` at the last evaluation, the run's
-    measurements (:func:`~stiefel_mini.experiments.lm.run`, with both at every evaluation in
+    measurements (:func:`~stiefel_mini.experiments.lm.experiment.run`, with both at every evaluation in
     ``history``), when, where and at which commit it ran.
     """
     started = utc_now()
@@ -116,7 +116,7 @@ def run_point(cfg: LMConfig, point: dict, commit: dict) -> dict:
 
 
 def schedule(study: Round2 = ROUND2) -> Schedule:
-    """The :class:`~stiefel_mini.experiments.lm.Schedule` of the second study."""
+    """The :class:`~stiefel_mini.experiments.lm.experiment.Schedule` of the second study."""
     def state(runs):
         s = plan2(study, runs)
         return s.ready, s.remaining

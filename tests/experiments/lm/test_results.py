@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from stiefel_mini.experiments import lm_results
 from stiefel_mini.experiments.config import replace
-from stiefel_mini.experiments.lm_config import PRESETS, STUDY
-from stiefel_mini.experiments.lm_model import build_model
+from stiefel_mini.experiments.lm import results as lm_results
+from stiefel_mini.experiments.lm.config import PRESETS, STUDY
+from stiefel_mini.experiments.lm.model import build_model
 
 
 def _run(arm, phase, seed, val_bpb, curve=(3.0, 2.0), diverged_at=None, **lr):
@@ -91,7 +91,7 @@ def test_setup_facts_refuse_a_vocabulary_the_tokenizer_does_not_have():
 
 
 def test_the_tokenizers_record_counts_the_corpus_splits():
-    from stiefel_mini.experiments import lm_data
+    from stiefel_mini.experiments.lm import data as lm_data
     from stiefel_mini.experiments.records import load_results
     from stiefel_mini.resources import results_path
 

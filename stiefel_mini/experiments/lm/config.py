@@ -39,7 +39,7 @@ class LMModel:
 
 @dataclass
 class LMOptimizer:
-    """Every arm's optimizer settings; each arm reads the ones it uses (:mod:`.lm_model`).
+    """Every arm's optimizer settings; each arm reads the ones it uses (:mod:`.model`).
 
     ``lr``: AdamW's (embeddings, norms, biases; every weight for ``adamw``); ``frame_lr`` and
     ``max_step``: StiefelAdam's frames (a frame moves about ``frame_lr`` per step, at most

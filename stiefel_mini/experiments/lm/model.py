@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from stiefel_mini import StiefelAdam, convert_attention
-from stiefel_mini.experiments.lm_config import LM_ARMS, LMConfig
+from stiefel_mini.experiments.lm.config import LM_ARMS, LMConfig
 from stiefel_mini.experiments.reference_optimizers import Muon
 from stiefel_mini.experiments.runtime import stream_seed
 from stiefel_mini.groups import frame_parameters, qk_parameters

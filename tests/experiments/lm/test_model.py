@@ -7,8 +7,8 @@ import torch
 
 from stiefel_mini import StiefelAdam
 from stiefel_mini.experiments.config import replace
-from stiefel_mini.experiments.lm_config import LM_ARMS, PRESETS
-from stiefel_mini.experiments.lm_model import FRAME_ARMS, build_model, lr_factor, make_optimizers, parameter_roles
+from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS
+from stiefel_mini.experiments.lm.model import FRAME_ARMS, build_model, lr_factor, make_optimizers, parameter_roles
 from stiefel_mini.experiments.reference_optimizers import Muon
 from stiefel_mini.geometry import orthogonality_error, project
 

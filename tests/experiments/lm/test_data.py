@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from stiefel_mini.experiments import lm_data
-from stiefel_mini.experiments.lm import bits_per_byte
+from stiefel_mini.experiments.lm import data as lm_data
+from stiefel_mini.experiments.lm.experiment import bits_per_byte
 from stiefel_mini.resources import results_path
 
 

@@ -1,11 +1,11 @@
 """Which runs of the language-model study are ready, and each arm's best lr: the plan read against the runs.
 
-:func:`plan` is a pure function of the study (:class:`~stiefel_mini.experiments.lm_config.LMStudy`)
+:func:`plan` is a pure function of the study (:class:`~stiefel_mini.experiments.lm.config.LMStudy`)
 and the runs finished so far, so an interrupted study resumes where it stopped and two processes
 never need to agree on anything but the results file. An arm's sweep waits until the arms it takes
 an lr from have a best; its best is the value of lowest mean validation bits per byte over the
 sweep seeds, once every value of its grid has run; a best at an end of the grid grows the grid
-(:class:`~stiefel_mini.experiments.lm_config.ArmSweep`); then its paired seeds are ready.
+(:class:`~stiefel_mini.experiments.lm.config.ArmSweep`); then its paired seeds are ready.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stiefel_mini.experiments.lm_config import SWEPT, ArmSweep, LMConfig, LMStudy
+from stiefel_mini.experiments.lm.config import SWEPT, ArmSweep, LMConfig, LMStudy
 
 __all__ = ["USES", "PlanState", "run_settings", "sweep_grid", "plan"]
 

@@ -1,9 +1,9 @@
 """A small language model on real text: Stiefel attention against AdamW and Muon, with paired seeds.
 
-A GPT-2 of four layers (:mod:`.lm_model`) learns to predict the next token of the State of the
-Union addresses (:mod:`.lm_data`) for a fixed budget of tokens; each arm (:data:`LM_ARMS`) trains
+A GPT-2 of four layers (:mod:`.model`) learns to predict the next token of the State of the
+Union addresses (:mod:`.data`) for a fixed budget of tokens; each arm (:data:`LM_ARMS`) trains
 the same initial weights on the same batches. :func:`run` is one run; :func:`study` runs the plan
-:data:`~stiefel_mini.experiments.lm_config.STUDY` on several processes: the lr sweeps in the order
+:data:`~stiefel_mini.experiments.lm.config.STUDY` on several processes: the lr sweeps in the order
 their dependencies allow, then the paired seeds at each arm's best, writing the results file after
 every run and resuming from it. Usage::
 
@@ -31,15 +31,15 @@ import torch
 import torch.nn.functional as F
 
 from stiefel_mini.experiments.config import ConfigError, config_help, parse_config, replace, split_argv
-from stiefel_mini.experiments.lm_attention import attention_stats
-from stiefel_mini.experiments.lm_config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
-from stiefel_mini.experiments.lm_data import (EOT, addresses, corpus_dir, encode_split, eval_windows, load_tokenizer,
+from stiefel_mini.experiments.lm.attention import attention_stats
+from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
+from stiefel_mini.experiments.lm.data import (EOT, addresses, corpus_dir, encode_split, eval_windows, load_tokenizer,
                                               random_batch, read_split, split_addresses, token_bytes, train_tokenizer)
-from stiefel_mini.experiments.lm_model import build_model, lr_factor, make_optimizers
-from stiefel_mini.experiments.lm_plan import plan, run_settings
+from stiefel_mini.experiments.lm.model import build_model, lr_factor, make_optimizers
+from stiefel_mini.experiments.lm.plan import plan, run_settings
 from stiefel_mini.experiments.records import (config_dict, cpu_description, jsonable, provenance, save_results,
                                               utc_now)
-from stiefel_mini.experiments.runner import cli, parse_cli, resume
+from stiefel_mini.experiments.runner import parse_cli, resume
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.groups import frame_parameters, qk_parameters
@@ -57,8 +57,8 @@ PROMPTS = ("Fellow-Citizens of the Senate and House of Representatives:", "The s
 
 def corpus(tokenizer_path: str | None = None) -> dict:
     """``{"tokenizer", "bytes", "train", "val", "test"}``: the tokenizer, its ``(vocab,)`` bytes per
-    token and the three splits of :func:`~stiefel_mini.experiments.lm_data.corpus_dir` as
-    :class:`~stiefel_mini.experiments.lm_data.TokenSplit` (cached per process, per tokenizer and folder)."""
+    token and the three splits of :func:`~stiefel_mini.experiments.lm.data.corpus_dir` as
+    :class:`~stiefel_mini.experiments.lm.data.TokenSplit` (cached per process, per tokenizer and folder)."""
     return _corpus(tokenizer_path, str(corpus_dir()))
 
 
@@ -145,10 +145,10 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None, setup: Setup | None = 
     ``diverged_at`` is that step (``None`` for a run that finished), its bits per byte ``None``.
 
     ``setup(cfg, eot_id) -> (model, optimizers)`` builds another arm's model and optimizers (default:
-    :func:`~stiefel_mini.experiments.lm_model.build_model` and
-    :func:`~stiefel_mini.experiments.lm_model.make_optimizers`); ``stats_windows > 0`` adds to each
+    :func:`~stiefel_mini.experiments.lm.model.build_model` and
+    :func:`~stiefel_mini.experiments.lm.model.make_optimizers`); ``stats_windows > 0`` adds to each
     evaluation the largest attention logit and the lowest attention entropy on that many validation
-    windows (``history`` ``max_logit``, ``min_entropy``; :func:`.lm_attention.attention_stats`).
+    windows (``history`` ``max_logit``, ``min_entropy``; :func:`.attention.attention_stats`).
     """
     set_threads(cfg.threads)
     data = corpus(tokenizer_path)
@@ -248,7 +248,7 @@ class Schedule:
 
 
 def first_study(plan_: LMStudy = STUDY, base: LMConfig | None = None) -> Schedule:
-    """The :class:`Schedule` of the first study (:func:`stiefel_mini.experiments.lm_plan.plan`)."""
+    """The :class:`Schedule` of the first study (:func:`stiefel_mini.experiments.lm.plan.plan`)."""
     def state(runs):
         s = plan(plan_, runs, base)
         return s.ready, s.remaining
@@ -263,8 +263,8 @@ def study(base: LMConfig, out: str | Path, plan_: LMStudy = STUDY, workers: int 
     resumes (a file of other settings raises ``ValueError`` naming the fields). Each finished run is
     stored with its lrs, phase, start time, commit and CPU. Which runs are ready, and each arm's best
     lr, come from the ``schedule`` (default: the first study's,
-    :func:`stiefel_mini.experiments.lm_plan.plan`; the second's is
-    :func:`stiefel_mini.experiments.lm_round2_run.schedule`).
+    :func:`stiefel_mini.experiments.lm.plan.plan`; the second's is
+    :func:`stiefel_mini.experiments.lm.round2_run.schedule`).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -382,8 +382,8 @@ def main(argv: Sequence[str] | None = None) -> None:
               "on the validation addresses")
         return
     if kind == "round2":
-        from stiefel_mini.experiments.lm_round2 import ROUND2, budget, plan2
-        from stiefel_mini.experiments.lm_round2_run import schedule
+        from stiefel_mini.experiments.lm.round2 import ROUND2, budget, plan2
+        from stiefel_mini.experiments.lm.round2_run import schedule
 
         args, base = parsed
         if args.dry_run:
@@ -417,7 +417,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     if out:
         save_results(out, {"experiment": "lm", "provenance": provenance(cfg, [cfg.seed]),
                            "config": config_dict(cfg), **result})
-
-
-if __name__ == "__main__":
-    cli(main)
