@@ -114,16 +114,18 @@ def grokking_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
 
 
 def weight_decay_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
-    from stiefel_mini.experiments import weight_decay as W
+    from stiefel_mini.experiments.weight_decay import config as wd_config
+    from stiefel_mini.experiments.weight_decay import experiment as wd_experiment
+    from stiefel_mini.experiments.weight_decay import readouts as wd_readouts
 
-    grid = replace(W.WeightDecaySweep(), steps=20, log_every=5, snapshot_steps=(0, 10, 20))
+    grid = replace(wd_config.WeightDecaySweep(), steps=20, log_every=5, snapshot_steps=(0, 10, 20))
     cfg = grid.run
     for arm in _arm_names():
         for scope in ("qk", "all"):
-            yield f"weight_decay/{scope}", arm, lambda arm=arm, scope=scope: W.run(
+            yield f"weight_decay/{scope}", arm, lambda arm=arm, scope=scope: wd_experiment.run(
                 replace(cfg, arm=arm, weight_decay=0.3, decay_scope=scope))
-    yield "weight_decay/sweep", "default", lambda: W.summary_table(
-        W.sweep(replace(grid, weight_decays=(0.0, 1.0))))
+    yield "weight_decay/sweep", "default", lambda: wd_readouts.summary_table(
+        wd_experiment.sweep(replace(grid, weight_decays=(0.0, 1.0))))
 
 
 def patch_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
@@ -144,7 +146,7 @@ def compare_tools_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]
             yield f"compare_tools/{dtype}", tool, lambda tool=tool, dtype=dtype: C.run(
                 replace(cfg, tool=tool, dtype=dtype, weight_decay=0.1))
     try:
-        from stiefel_mini.experiments import orthogonal_decay as D
+        from stiefel_mini.experiments.weight_decay import orthogonal_decay as D
     except ImportError:  # the demos lived in compare_tools
         D = C
     yield "compare_tools/demo", "torch_orthogonal_decay", lambda: D.torch_orthogonal_decay()

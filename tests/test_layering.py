@@ -86,8 +86,8 @@ SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train", "r
 EXPERIMENTS = {
     "cifar": {"cifar"},
     "grokking": {"grokking"},
-    "weight_decay": {"weight_decay", "weight_decay_config", "readouts"},
-    "compare_tools": {"compare_tools", "orthogonal_decay"},
+    "weight_decay": {"weight_decay"},
+    "compare_tools": {"compare_tools"},
     "lm": {"lm"},
     "patch_attention": {"patch_attention"},
     "fsdp_example": {"fsdp_example"},

@@ -3,7 +3,7 @@
 :func:`max_change` (how far decay moved ``W_Q``, ``W_K`` from the run without it), :func:`fingerprint`
 (a short hash of the frames' bits), :func:`frames_identical`, :func:`summary_table` beside the
 random-walk prediction :func:`equilibrium_angle`, and :func:`widget_readouts` (the numbers of one
-widget frame), read from a :func:`stiefel_mini.experiments.weight_decay.sweep` history. The widgets
+widget frame), read from a :func:`stiefel_mini.experiments.weight_decay.experiment.sweep` history. The widgets
 (:mod:`stiefel_mini.widgets`) import these, not the experiment that writes the history.
 """
 
@@ -77,7 +77,7 @@ def equilibrium_angle(cfg: Any, arm: str, wd: float) -> float:
     which is ``sqrt(2 lr wd)`` without momentum. StiefelAdam: a step of Frobenius length
     ``frame_lr * rho`` (``rho`` = :func:`momentum_factor`) on a frame of norm ``sqrt(d_head)``, i.e.
     ``frame_lr * rho / sqrt(d_head)`` whatever the decay. ``cfg`` is the run config
-    (:class:`~stiefel_mini.experiments.weight_decay_config.WeightDecayConfig`; a sweep's is its ``run``).
+    (:class:`~stiefel_mini.experiments.weight_decay.config.WeightDecayConfig`; a sweep's is its ``run``).
     """
     rho = momentum_factor(cfg.optimizer.betas[0])
     if arm_spec(arm).qk == "stiefel":

@@ -16,7 +16,7 @@ Every run starts from the same weights and sees the same batches (named streams 
 decays (no decay elsewhere), so any difference between two runs of one arm comes from the decay on
 Q/K; ``"all"`` decays every matrix.
 
-The configs are in :mod:`stiefel_mini.experiments.weight_decay_config`: one run
+The configs are in :mod:`stiefel_mini.experiments.weight_decay.config`: one run
 (:class:`WeightDecayConfig`) and the sweep (:class:`WeightDecaySweep`, the run as its part ``run``).
 ``run(cfg) -> record`` trains ``cfg.arm`` at ``cfg.optimizer.weight_decay`` and records, every
 ``log_every`` steps: loss, accuracy on a fixed evaluation batch, ``||W_Q^h||_F`` and ``||W_K^h||_F``
@@ -28,7 +28,7 @@ of ``W_Q^h``; and at ``snapshot_steps`` the Q/K weights and one head's attention
     python -m stiefel_mini.experiments.weight_decay --steps 400 --weight_decays 0,0.3,1,3 --out wd.json
 
 What weight decay does under ``torch.nn.utils.parametrizations.orthogonal``, geotorch and geoopt is
-shown in :mod:`stiefel_mini.experiments.orthogonal_decay`.
+shown in :mod:`stiefel_mini.experiments.weight_decay.orthogonal_decay`.
 
 Reference: Loshchilov & Hutter (2019), decoupled weight decay; Kosson, Messmer, Jaggi (2024),
 "Rotational equilibrium: how weight decay balances learning across neural networks" (ICML), for the
@@ -49,38 +49,14 @@ from torch import Tensor, nn
 from stiefel_mini.attention import entropy, make_attention
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer
 from stiefel_mini.experiments.config import replace
-from stiefel_mini.experiments.readouts import (equilibrium_angle, fingerprint, frames_identical, max_change,
-                                               momentum_factor, summary_table, widget_readouts)
 from stiefel_mini.experiments.records import config_dict, provenance, save_results
-from stiefel_mini.experiments.runner import cli, parse_cli
+from stiefel_mini.experiments.runner import parse_cli
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
-from stiefel_mini.experiments.weight_decay_config import (CHAPTER_CONFIG, AttentionSizes, RecallOptimizer, RecallTask,
-                                                          WeightDecayConfig, WeightDecaySweep)
+from stiefel_mini.experiments.weight_decay.config import RecallTask, WeightDecayConfig, WeightDecaySweep
+from stiefel_mini.experiments.weight_decay.readouts import fingerprint, frames_identical, summary_table
 from stiefel_mini.geometry import orthogonality_error
 
-__all__ = [
-    "RecallTask",
-    "AttentionSizes",
-    "RecallOptimizer",
-    "WeightDecayConfig",
-    "WeightDecaySweep",
-    "CHAPTER_CONFIG",
-    "RecallModel",
-    "make_batch",
-    "build_model",
-    "angular_update",
-    "eval_batches",
-    "run",
-    "sweep",
-    "summary_table",
-    "momentum_factor",
-    "equilibrium_angle",
-    "frames_identical",
-    "max_change",
-    "fingerprint",
-    "widget_readouts",
-    "main",
-]
+__all__ = ["make_batch", "RecallModel", "build_model", "angular_update", "eval_batches", "run", "sweep", "main"]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -270,7 +246,7 @@ def sweep(cfg: WeightDecaySweep) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------------
-# CLI (the readouts of a history, the widget's too, are in stiefel_mini.experiments.readouts)
+# CLI (the readouts of a history, the widget's too, are in stiefel_mini.experiments.weight_decay.readouts)
 # ----------------------------------------------------------------------------------------------------
 
 
@@ -307,7 +283,3 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                            **_jsonable_history(history)})
         print(f"wrote {out}")
     return history
-
-
-if __name__ == "__main__":
-    cli(main)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stiefel_mini.experiments import orthogonal_decay as od
+from stiefel_mini.experiments.weight_decay import orthogonal_decay as od
 
 
 def test_torch_orthogonal_householder_weight_collapses_under_default_adamw_decay():
