@@ -8,6 +8,8 @@ import cannot hide an upward dependency. CONTRIBUTING.md explains the layers.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,30 +83,41 @@ def test_the_import_reader_resolves_relative_and_absolute_imports():
     assert "stiefel_mini.experiments.cifar.results" in _imports(MODULES["stiefel_mini.evidence.runs"])
 
 
-# Within experiments: the shared modules, and each experiment's own.
+# Within experiments: the shared modules and the one-module experiments at the top, one package per study.
 SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train", "reference_optimizers"}
-EXPERIMENTS = {
-    "cifar": {"cifar"},
-    "grokking": {"grokking"},
-    "weight_decay": {"weight_decay"},
-    "compare_tools": {"compare_tools"},
-    "lm": {"lm"},
-    "patch_attention": {"patch_attention"},
-    "fsdp_example": {"fsdp_example"},
-}
+SINGLE = {"compare_tools", "patch_attention", "fsdp_example"}
+STUDIES = {"cifar", "grokking", "lm", "weight_decay"}
+EXPERIMENTS = PACKAGE / "experiments"
+
+
+def test_experiments_hold_the_shared_modules_and_one_package_per_study():
+    top = {m.split(".")[2] for m in MODULES if m.startswith("stiefel_mini.experiments.")}
+    assert top == SHARED | SINGLE | STUDIES, f"unplaced: {sorted(top ^ (SHARED | SINGLE | STUDIES))}: add it here"
+    assert {p.parent.name for p in EXPERIMENTS.glob("*/__init__.py")} == STUDIES
+    for study in STUDIES:  # python -m stiefel_mini.experiments.<study>
+        assert (EXPERIMENTS / study / "__main__.py").is_file(), study
+
+
+@pytest.mark.parametrize("study", sorted(STUDIES))
+def test_a_study_package_imports_nothing(study):
+    """Reading one module of a study (the evidence reads ``cifar.results``) loads none of its training code."""
+    assert not _imports(MODULES[f"stiefel_mini.experiments.{study}"]), study
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("stiefel_mini.experiments.")))
 def test_an_experiment_imports_the_shared_modules_and_its_own(module):
     name = module.split(".")[2]
-    if name in SHARED:
-        allowed = SHARED
-    else:
-        owner = [mods for mods in EXPERIMENTS.values() if name in mods]
-        assert owner, f"{module} belongs to no experiment: add it to SHARED or EXPERIMENTS here"
-        allowed = SHARED | owner[0]
+    allowed = SHARED if name in SHARED else SHARED | {name}
     used = {m.split(".")[2] for m in _imports(MODULES[module]) if m.startswith("stiefel_mini.experiments.")}
     assert used <= allowed, f"{module} imports another experiment's modules: {sorted(used - allowed)}"
+
+
+def test_importing_the_library_loads_no_experiment_evidence_or_chapter_helper():
+    code = "import sys, stiefel_mini; print(' '.join(m for m in sys.modules if m.startswith('stiefel_mini.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=PACKAGE.parent).stdout.split()
+    upper = {m for m in loaded if _layer(m) >= LAYERS["experiments"]}
+    assert loaded and not upper, f"import stiefel_mini loads {sorted(upper)}"
 
 
 # --------------------------------------------------------------------------------------------------
