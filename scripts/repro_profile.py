@@ -3,9 +3,10 @@
 The reproduction tests (``tests/experiments/grokking/test_experiment.py``,
 ``tests/experiments/cifar/test_experiment.py``) re-run short stored runs. Their tolerances come from
 this profile: each task's reproduction run is trained once per kernel setting (torch's
-``ATEN_CPU_CAPABILITY``, MKL's ``MKL_ENABLE_INSTRUCTIONS`` / ``MKL_CBWR``: the kernels another CPU would take) and once per real change (lr x 1.1, another seed,
-another arm, a term dropped from the frame rule), each in its own process, logging every step. For
-every run it reports, per logged step, the relative difference
+``ATEN_CPU_CAPABILITY``, MKL's ``MKL_ENABLE_INSTRUCTIONS`` / ``MKL_CBWR``: the kernels another CPU
+would take) and once per real change (lr x 1.1, another seed, another arm, a term dropped from the
+frame rule), each in its own process, logging every step. For every run it reports, per logged step,
+the relative difference
 
     d_t = |x_t - x_t^ref| / |x_t^ref|
 

@@ -85,8 +85,8 @@ def test_an_interrupted_study_resumes_without_repeating_a_run(tmp_path, monkeypa
 
 def test_a_study_file_of_other_settings_is_refused(tmp_path):
     out = tmp_path / "study.json"
-    lm_experiment.study(replace(TINY, steps=2, eval_every=1, samples=0), out, LMStudy(sweeps=SMALL.sweeps[:1], seeds=()),
-                        1)
+    plan_ = LMStudy(sweeps=SMALL.sweeps[:1], seeds=())
+    lm_experiment.study(replace(TINY, steps=2, eval_every=1, samples=0), out, plan_, 1)
     with pytest.raises(ValueError, match="steps"):
         lm_experiment.study(replace(TINY, steps=3, eval_every=1, samples=0), out, SMALL, 1)
     with pytest.raises(ValueError, match="another plan"):
