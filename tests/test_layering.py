@@ -112,6 +112,15 @@ def test_an_experiment_imports_the_shared_modules_and_its_own(module):
     assert used <= allowed, f"{module} imports another experiment's modules: {sorted(used - allowed)}"
 
 
+def test_the_experiment_tests_mirror_the_modules():
+    """``tests/experiments/<study>/test_<module>.py`` tests ``stiefel_mini/experiments/<study>/<module>.py``."""
+    tests = Path(__file__).resolve().parent / "experiments"
+    for path in sorted(tests.rglob("test_*.py")):
+        rel = path.relative_to(tests)
+        module = EXPERIMENTS / rel.parent / (rel.name.removeprefix("test_"))
+        assert module.is_file(), f"{path.relative_to(tests.parents[1])} tests no module (no {module.name} there)"
+
+
 def test_importing_the_library_loads_no_experiment_evidence_or_chapter_helper():
     code = "import sys, stiefel_mini; print(' '.join(m for m in sys.modules if m.startswith('stiefel_mini.')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
