@@ -3,9 +3,9 @@
     python benchmarks/lm_throughput.py                          # one and two threads, the study's model
     python benchmarks/lm_throughput.py --rounds 2 --steps 1     # a quick look
 
-Each arm's model and optimizers are those of the study (:mod:`stiefel_mini.experiments.lm_model`,
+Each arm's model and optimizers are those of the study (:mod:`stiefel_mini.experiments.lm.model`,
 preset ``cpu``: a converted GPT-2, 4 layers, width 256, batches of 16 x 128 tokens), built from one
-seed; a step is :func:`stiefel_mini.experiments.lm.train_step` (forward, backward, clipping, every
+seed; a step is :func:`stiefel_mini.experiments.lm.experiment.train_step` (forward, backward, clipping, every
 optimizer's step) on a fixed batch of random tokens (no corpus needed). Rounds are interleaved in
 alternating order at each thread count; a rate is the best round's, a ratio the median over rounds
 of the per-round ratio of step times to ``adamw``'s, with its range. ``--out PATH`` writes the times
@@ -21,9 +21,9 @@ import torch
 
 from stiefel_mini.experiments import stats
 from stiefel_mini.experiments.config import replace
-from stiefel_mini.experiments.lm import train_step
-from stiefel_mini.experiments.lm_config import LM_ARMS, PRESETS
-from stiefel_mini.experiments.lm_model import build_model, make_optimizers
+from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS
+from stiefel_mini.experiments.lm.experiment import train_step
+from stiefel_mini.experiments.lm.model import build_model, make_optimizers
 from stiefel_mini.experiments.records import provenance, save_results
 
 

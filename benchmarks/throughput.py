@@ -1,7 +1,7 @@
 """Training throughput of the CIFAR patch ViT: StiefelAdam (arm A1) against AdamW (arm A0), as a ratio.
 
 Both arms train the same model (same sizes, same initial weights) with the same training step as
-the benchmark (:func:`stiefel_mini.experiments.cifar.train_step`: crop/flip on tensors, forward,
+the benchmark (:func:`stiefel_mini.experiments.cifar.train.train_step`: crop/flip on tensors, forward,
 backward, optimizer step) on random uint8 images, so only the optimizer differs. The arms are timed
 in interleaved rounds (A0 A1, then A1 A0, ...), so that a slow spell of a shared machine hits both,
 and the reported ratio is the median over rounds of images/s(A1) / images/s(A0). Target: >= 0.90.
@@ -21,8 +21,10 @@ from pathlib import Path
 
 import torch
 
-from stiefel_mini.experiments import cifar, stats
+from stiefel_mini.experiments import stats
 from stiefel_mini.experiments.arms import arm_spec, make_optimizer, optimizer_options
+from stiefel_mini.experiments.cifar import config as cifar_config
+from stiefel_mini.experiments.cifar import train as cifar_train
 from stiefel_mini.experiments.config import parse_config, replace
 from stiefel_mini.experiments.records import provenance
 from stiefel_mini.experiments.runtime import set_threads
@@ -34,7 +36,7 @@ SECTION = "## Training throughput"
 class ThroughputConfig:
     """Which model setting to time, and how."""
 
-    preset: str = "cpu"  # a model setting of stiefel_mini.experiments.cifar.PLANS ("cpu" or "gpu")
+    preset: str = "cpu"  # a model setting of stiefel_mini.experiments.cifar.config.PLANS ("cpu" or "gpu")
     arms: tuple[str, ...] = ("A0", "A1")  # the first is the reference of the ratio
     rounds: int = 7
     steps: int = 20  # timed steps per arm and round
@@ -53,8 +55,8 @@ def sync(device: torch.device) -> None:
 def measure(cfg: ThroughputConfig) -> dict:
     """Images/s of each arm per round, the per-round ratios to the first arm and their median."""
     set_threads(cfg.threads)
-    model_cfg = replace(cifar.PLANS[cfg.preset].run, device=cfg.device)
-    device = cifar.resolve_device(model_cfg.machine.device)
+    model_cfg = replace(cifar_config.PLANS[cfg.preset].run, device=cfg.device)
+    device = cifar_train.resolve_device(model_cfg.machine.device)
     autocast = model_cfg.machine.bf16 and device.type == "cuda"
     bs = model_cfg.schedule.batch_size
     gen = torch.Generator().manual_seed(0)
@@ -62,7 +64,7 @@ def measure(cfg: ThroughputConfig) -> dict:
     y = torch.randint(0, 10, (bs,), generator=gen).to(device)
     trainers = {}
     for arm in cfg.arms:
-        model = cifar.build_model(model_cfg, arm).to(device)
+        model = cifar_train.build_model(model_cfg, arm).to(device)
         trainers[arm] = (model, make_optimizer(model, arm, **optimizer_options(model_cfg.optimizer)))
 
     # On a CPU the clock is the process's CPU time: other jobs on a shared machine then slow
@@ -74,7 +76,7 @@ def measure(cfg: ThroughputConfig) -> dict:
         sync(device)
         start = clock()
         for _ in range(n):
-            cifar.train_step(model, opt, x, y, gen, model_cfg.data.augment, autocast)
+            cifar_train.train_step(model, opt, x, y, gen, model_cfg.data.augment, autocast)
         sync(device)
         return n * bs / (clock() - start)
 

@@ -72,54 +72,60 @@ def _arm_names() -> list[str]:
 
 
 def cifar_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
-    from stiefel_mini.experiments import cifar, cifar_data
+    from stiefel_mini.experiments.cifar import config as cifar_config
+    from stiefel_mini.experiments.cifar import data as cifar_data
+    from stiefel_mini.experiments.cifar import experiment as cifar_experiment
+    from stiefel_mini.experiments.cifar import train as cifar_train
 
-    root = cifar_data.write_tiny_image_folder(tmp / "tiny", **cifar.REPRO_TINY_SET)
+    root = cifar_data.write_tiny_image_folder(tmp / "tiny", **cifar_config.REPRO_TINY_SET)
     os.environ[cifar_data.ENV_CACHE_DIR] = str(tmp / "cache")
     data = cifar_data.load_cifar10(root)
-    presets = cifar.PLANS
+    presets = cifar_config.PLANS
     run_of = lambda name: presets[name].run  # noqa: E731  (a plan is a sweep; .run is its run)
     for arm in _arm_names():
-        yield "cifar/repro", arm, lambda arm=arm: cifar.run(
+        yield "cifar/repro", arm, lambda arm=arm: cifar_train.run(
             replace(run_of("repro"), arm=arm, epochs=1, data_dir=str(root)), data)
-        yield "cifar/r2_tiny", arm, lambda arm=arm: cifar.run(
+        yield "cifar/r2_tiny", arm, lambda arm=arm: cifar_train.run(
             replace(run_of("r2_tiny"), arm=arm, train_fraction=0.5, steps=4, eval_every=1,
                     data_dir=str(root)), data)
-    yield "cifar/sweep", "r2_tiny", lambda: cifar.sweep(
+    yield "cifar/sweep", "r2_tiny", lambda: cifar_experiment.sweep(
         replace(presets["r2_tiny"], seeds=(0,), steps=3, repro_steps=2, out=str(tmp / "c.json"),
                 data_dir=str(root)), data)
-    yield "cifar/tiny_set_run", "r2_ablation", lambda: cifar.tiny_set_run(
+    yield "cifar/tiny_set_run", "r2_ablation", lambda: cifar_experiment.tiny_set_run(
         replace(run_of("r2_ablation"), arm="A1"), 3)
-    yield "cifar/repro_record", "repro", lambda: cifar.repro_record(
+    yield "cifar/repro_record", "repro", lambda: cifar_experiment.repro_record(
         replace(presets["repro"], epochs=1))
 
 
 def grokking_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
-    from stiefel_mini.experiments import grokking as G
+    from stiefel_mini.experiments.grokking import config as grokking_config
+    from stiefel_mini.experiments.grokking import experiment as grokking_experiment
 
-    tiny = replace(G.PLANS["tiny"], steps=12, eval_every=4)
+    tiny = replace(grokking_config.PLANS["tiny"], steps=12, eval_every=4)
     for arm in _arm_names():
-        yield "grokking/tiny", arm, lambda arm=arm: G.run(replace(tiny, arm=arm))
-        yield "grokking/fixed", arm, lambda arm=arm: G.run(
+        yield "grokking/tiny", arm, lambda arm=arm: grokking_experiment.run(replace(tiny, arm=arm))
+        yield "grokking/fixed", arm, lambda arm=arm: grokking_experiment.run(
             replace(tiny, arm=arm, logit_rms_init=None, frame_lr=0.03))
-    plan = replace(G.SWEEPS["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
-    yield "grokking/sweep", "tiny", lambda: G.sweep(plan, replace(tiny, steps=6), command="x")
-    yield "grokking/sweep_wd", "tiny", lambda: G.sweep(
+    plan = replace(grokking_config.SWEEPS["tiny"], seeds=(0,), repro_steps=3, out=str(tmp / "g.json"))
+    yield "grokking/sweep", "tiny", lambda: grokking_experiment.sweep(plan, replace(tiny, steps=6), command="x")
+    yield "grokking/sweep_wd", "tiny", lambda: grokking_experiment.sweep(
         replace(plan, weight_decays=(0.1, 1.0), arms=("adamw",), out=str(tmp / "gw.json")),
         replace(tiny, steps=6), command="x")
 
 
 def weight_decay_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
-    from stiefel_mini.experiments import weight_decay as W
+    from stiefel_mini.experiments.weight_decay import config as wd_config
+    from stiefel_mini.experiments.weight_decay import experiment as wd_experiment
+    from stiefel_mini.experiments.weight_decay import readouts as wd_readouts
 
-    grid = replace(W.WeightDecaySweep(), steps=20, log_every=5, snapshot_steps=(0, 10, 20))
+    grid = replace(wd_config.WeightDecaySweep(), steps=20, log_every=5, snapshot_steps=(0, 10, 20))
     cfg = grid.run
     for arm in _arm_names():
         for scope in ("qk", "all"):
-            yield f"weight_decay/{scope}", arm, lambda arm=arm, scope=scope: W.run(
+            yield f"weight_decay/{scope}", arm, lambda arm=arm, scope=scope: wd_experiment.run(
                 replace(cfg, arm=arm, weight_decay=0.3, decay_scope=scope))
-    yield "weight_decay/sweep", "default", lambda: W.summary_table(
-        W.sweep(replace(grid, weight_decays=(0.0, 1.0))))
+    yield "weight_decay/sweep", "default", lambda: wd_readouts.summary_table(
+        wd_experiment.sweep(replace(grid, weight_decays=(0.0, 1.0))))
 
 
 def patch_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]]]:
@@ -140,7 +146,7 @@ def compare_tools_cases(tmp: Path) -> Iterator[tuple[str, str, Callable[[], Any]
             yield f"compare_tools/{dtype}", tool, lambda tool=tool, dtype=dtype: C.run(
                 replace(cfg, tool=tool, dtype=dtype, weight_decay=0.1))
     try:
-        from stiefel_mini.experiments import orthogonal_decay as D
+        from stiefel_mini.experiments.weight_decay import orthogonal_decay as D
     except ImportError:  # the demos lived in compare_tools
         D = C
     yield "compare_tools/demo", "torch_orthogonal_decay", lambda: D.torch_orthogonal_decay()

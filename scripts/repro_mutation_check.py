@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from repro_profile import KERNELS, MUTATIONS, ROOT  # noqa: E402
 
-TESTS = ["tests/experiments/test_grokking.py", "tests/experiments/test_cifar.py"]
+TESTS = ["tests/experiments/grokking/test_experiment.py", "tests/experiments/cifar/test_experiment.py"]
 SELECT = "reproduc"
 
 CHANGES = {

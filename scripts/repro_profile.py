@@ -1,11 +1,12 @@
 """How far a reproduction run moves across CPU kernel paths, and how far for a real change.
 
-The reproduction tests (``tests/experiments/test_grokking.py``, ``tests/experiments/test_cifar.py``)
-re-run short stored runs. Their tolerances come from this profile: each task's reproduction run is
-trained once per kernel setting (torch's ``ATEN_CPU_CAPABILITY``, MKL's ``MKL_ENABLE_INSTRUCTIONS`` /
-``MKL_CBWR``: the kernels another CPU would take) and once per real change (lr x 1.1, another seed,
-another arm, a term dropped from the frame rule), each in its own process, logging every step. For
-every run it reports, per logged step, the relative difference
+The reproduction tests (``tests/experiments/grokking/test_experiment.py``,
+``tests/experiments/cifar/test_experiment.py``) re-run short stored runs. Their tolerances come from
+this profile: each task's reproduction run is trained once per kernel setting (torch's
+``ATEN_CPU_CAPABILITY``, MKL's ``MKL_ENABLE_INSTRUCTIONS`` / ``MKL_CBWR``: the kernels another CPU
+would take) and once per real change (lr x 1.1, another seed, another arm, a term dropped from the
+frame rule), each in its own process, logging every step. For every run it reports, per logged step,
+the relative difference
 
     d_t = |x_t - x_t^ref| / |x_t^ref|
 
@@ -78,16 +79,18 @@ def _child(task: str, overrides: dict) -> dict:
     from stiefel_mini.experiments.records import config_dict
 
     if task == "grokking":
-        from stiefel_mini.experiments import grokking as G
+        from stiefel_mini.experiments.grokking import config as grokking_config
+        from stiefel_mini.experiments.grokking import experiment as grokking_experiment
 
-        cfg = replace(G.PLANS["long"], eval_every=1, progress=False, **overrides)
-        h = G.run(cfg)["history"]
+        cfg = replace(grokking_config.PLANS["long"], eval_every=1, progress=False, **overrides)
+        h = grokking_experiment.run(cfg)["history"]
         return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"],
                 "val_acc": h["val_acc"], "dist_q": h["dist_q"]}
-    from stiefel_mini.experiments import cifar as C
+    from stiefel_mini.experiments.cifar import config as cifar_config
+    from stiefel_mini.experiments.cifar import experiment as cifar_experiment
 
-    cfg = replace(C.PLANS["r3_mechanism"], log_every=1, repro_steps=overrides.pop("steps"), **overrides)
-    h = C.tiny_set_run(cfg.run, cfg.repro_steps)
+    cfg = replace(cifar_config.PLANS["r3_mechanism"], log_every=1, repro_steps=overrides.pop("steps"), **overrides)
+    h = cifar_experiment.tiny_set_run(cfg.run, cfg.repro_steps)
     return {"config": config_dict(cfg), "step": h["step"], "train_loss": h["train_loss"], "qk_step": h["qk_step"], "test_acc": h["test_acc"]}
 
 

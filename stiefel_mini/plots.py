@@ -358,7 +358,7 @@ def peer_curve_figure(runs: dict, phases: Sequence[tuple[str, int, int]], colors
 
     ``runs``: arm -> seed -> run (with ``history``: ``step``, ``train_acc``, ``val_acc``,
     ``train_loss``, ``val_loss``); ``phases``: ``(name, first step, last step)`` shaded in both
-    panels (Nanda et al.'s, :data:`stiefel_mini.experiments.peer_curve.NANDA_PHASES`); ``names``:
+    panels (Nanda et al.'s, :data:`stiefel_mini.experiments.grokking.peer_curve.NANDA_PHASES`); ``names``:
     legend names of the arms. One line per seed, one colour per arm. Returns ``(fig, axes)``.
     """
     fig, axes = panels(2, ncols=1, row_height=2.4, width=width, sharex=True)
@@ -391,7 +391,7 @@ def peer_curve_figure(runs: dict, phases: Sequence[tuple[str, int, int]], colors
 def one_run_figure(result: dict, names: tuple[str, str], width: float = COLUMN_WIDTH_IN):
     """What one run per arm can say: the one-run gaps and each arm's endpoint below its best.
 
-    ``result``: :func:`stiefel_mini.experiments.one_run.one_run_gaps`; ``names``: (baseline, arm)
+    ``result``: :func:`stiefel_mini.experiments.grokking.one_run.one_run_gaps`; ``names``: (baseline, arm)
     as the reader calls them. Left: every same-seed and cross-seed gap (arm - baseline, points) with
     the paired mean (solid) and the paper's gap in both directions (dashed); right: per arm, each seed's endpoint minus
     its best so far. Returns ``(fig, axes)``.

@@ -292,10 +292,10 @@ def weight_decay_frame_html(history: dict[str, Any], i_wd: int, i_snap: int,
                             pngs: dict[str, bytes] | None = None,
                             arms: Sequence[str] = ("adamw", "stiefel")) -> str:
     """HTML of one widget frame: per arm, its image (if ``pngs``) and a readout whose numbers are
-    :func:`~stiefel_mini.experiments.readouts.widget_readouts`. Each readout is a
+    :func:`~stiefel_mini.experiments.weight_decay.readouts.widget_readouts`. Each readout is a
     ``<div class="wd-readout" data-arm=...>`` with one ``<span data-key=...>`` per number, so a test
     can read them back."""
-    from stiefel_mini.experiments.readouts import widget_readouts
+    from stiefel_mini.experiments.weight_decay.readouts import widget_readouts
 
     cfg = history["config"]
     nums = widget_readouts(history, i_wd, i_snap)
@@ -325,11 +325,11 @@ def weight_decay_frame_html(history: dict[str, Any], i_wd: int, i_snap: int,
 
 def weight_decay_widget(history: dict[str, Any], *, arms: Sequence[str] = ("adamw", "stiefel"), dpi: int = 80):
     """The weight-decay chapter's widget: a weight-decay slider and a training-step slider over frames
-    rendered from a :func:`~stiefel_mini.experiments.weight_decay.sweep` ``history`` (AdamW beside
+    rendered from a :func:`~stiefel_mini.experiments.weight_decay.experiment.sweep` ``history`` (AdamW beside
     StiefelAdam) at the snapshot steps after step 0. Works in static HTML with no kernel
     (:func:`frame_grid_player`); both sliders open at their first position. The box carries the CSS
     class ``wd-widget``. Identical images (StiefelAdam's across decays) are rendered once."""
-    from stiefel_mini.experiments.readouts import fingerprint
+    from stiefel_mini.experiments.weight_decay.readouts import fingerprint
 
     cfg = history["config"]
     snap_steps = history["runs"][arms[0]][0]["snapshots"]["step"]

@@ -311,12 +311,12 @@ def test_chapters_render_their_boxes_from_the_evidence_layer_and_compute_no_stat
 
 @pytest.mark.parametrize("path", sorted((ROOT / "results" / "grokking").glob("*.json")), ids=lambda p: p.name)
 def test_grokking_metrics_recount_from_the_stored_history(path):
-    from stiefel_mini.experiments import grokking
+    from stiefel_mini.experiments.grokking import metrics as grokking_metrics
     from stiefel_mini.experiments.records import load_results
 
     res = load_results(path)
     for r in res["runs"]:
-        assert grokking.stored_metrics(r, res["base_config"]) == r["metrics"], (path.name, r["arm"], r["seed"])
+        assert grokking_metrics.stored_metrics(r, res["base_config"]) == r["metrics"], (path.name, r["arm"], r["seed"])
 
 
 SUMMARISED = [p for p in sorted((ROOT / "results" / "cifar").glob("*.json")) if "summary" in json.loads(p.read_text())]
@@ -329,10 +329,10 @@ def test_cifar_summaries_recount_from_the_stored_runs(path):
     The stored t intervals were written with an earlier t quantile (bisection of a continued-fraction
     CDF, off by up to 2e-4 relative at 2 degrees of freedom), so ``diff_ci_pp`` agrees to 1e-3.
     """
-    from stiefel_mini.experiments import cifar
+    from stiefel_mini.experiments.cifar import results as cifar_results
 
     res = json.loads(path.read_text())
-    again = cifar.summary_table(res["runs"])
+    again = cifar_results.summary_table(res["runs"])
     assert len(again) == len(res["summary"])
     for new, old in zip(again, res["summary"]):
         assert set(old) <= set(new), path.name
@@ -345,16 +345,16 @@ def test_cifar_summaries_recount_from_the_stored_runs(path):
 
 
 def test_recount_rewrites_a_subsampled_file(tmp_path):
-    from stiefel_mini.experiments import grokking
+    from stiefel_mini.experiments.grokking import metrics as grokking_metrics
     from stiefel_mini.experiments.records import load_results, save_results
 
     src = ROOT / "results" / "grokking" / "r2_short.json"
     res = load_results(src)
     res["runs"] = res["runs"][:2]
     for r in res["runs"]:
-        r["history"] = grokking.subsample(r["history"], 30)
+        r["history"] = grokking_metrics.subsample(r["history"], 30)
     path = save_results(tmp_path / "f.json", res)
-    assert grokking.recount(path) == 2 and grokking.recount(path) == 0
+    assert grokking_metrics.recount(path) == 2 and grokking_metrics.recount(path) == 0
     again = load_results(path)
     h = again["runs"][0]["history"]
     spacing = h["step"][1] - h["step"][0]
@@ -362,7 +362,8 @@ def test_recount_rewrites_a_subsampled_file(tmp_path):
     assert again["runs"][0]["metrics"]["steps_above95"] == spacing * sum(v >= 0.95 for v in h["val_acc"])
 
 
-RUNNERS = ("cifar", "grokking", "weight_decay", "compare_tools", "patch_attention", "cifar_data")
+RUNNERS = ("cifar.experiment", "cifar.train", "cifar.data", "grokking.experiment", "weight_decay.experiment",
+           "compare_tools", "patch_attention")
 
 
 def test_presentation_imports_no_experiment_runner():
@@ -371,7 +372,8 @@ def test_presentation_imports_no_experiment_runner():
     for path in files:
         text = path.read_text()
         for name in RUNNERS:
-            assert f"experiments.{name} import" not in text and f"experiments import {name}" not in text, \
+            package, module = f"experiments.{name}".rsplit(".", 1)
+            assert f"experiments.{name} import" not in text and f"{package} import {module}" not in text, \
                 (path.name, name)
     code = ("import sys, stiefel_mini.evidence, stiefel_mini.widgets; "
             "print(sorted(m for m in sys.modules if m.startswith('stiefel_mini.experiments.')))")

@@ -8,6 +8,8 @@ import cannot hide an upward dependency. CONTRIBUTING.md explains the layers.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,34 +80,53 @@ def test_experiments_never_import_evidence_and_geometry_only_its_numerics():
 
 def test_the_import_reader_resolves_relative_and_absolute_imports():
     assert "stiefel_mini.geometry" in _imports(MODULES["stiefel_mini.attention"])
-    assert "stiefel_mini.experiments.cifar_results" in _imports(MODULES["stiefel_mini.evidence.runs"])
+    assert "stiefel_mini.experiments.cifar.results" in _imports(MODULES["stiefel_mini.evidence.runs"])
 
 
-# Within experiments: the shared modules, and each experiment's own.
+# Within experiments: the shared modules and the one-module experiments at the top, one package per study.
 SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train", "reference_optimizers"}
-EXPERIMENTS = {
-    "cifar": {"cifar", "cifar_config", "cifar_data", "cifar_run", "cifar_results"},
-    "grokking": {"grokking", "grokking_config", "grokking_model", "grokking_metrics", "one_run", "peer_curve"},
-    "weight_decay": {"weight_decay", "weight_decay_config", "readouts"},
-    "compare_tools": {"compare_tools", "orthogonal_decay"},
-    "lm": {"lm", "lm_config", "lm_data", "lm_model", "lm_plan", "lm_results", "lm_attention", "lm_round2",
-           "lm_round2_run"},
-    "patch_attention": {"patch_attention"},
-    "fsdp_example": {"fsdp_example"},
-}
+SINGLE = {"compare_tools", "patch_attention", "fsdp_example"}
+STUDIES = {"cifar", "grokking", "lm", "weight_decay"}
+EXPERIMENTS = PACKAGE / "experiments"
+
+
+def test_experiments_hold_the_shared_modules_and_one_package_per_study():
+    top = {m.split(".")[2] for m in MODULES if m.startswith("stiefel_mini.experiments.")}
+    assert top == SHARED | SINGLE | STUDIES, f"unplaced: {sorted(top ^ (SHARED | SINGLE | STUDIES))}: add it here"
+    assert {p.parent.name for p in EXPERIMENTS.glob("*/__init__.py")} == STUDIES
+    for study in STUDIES:  # python -m stiefel_mini.experiments.<study>
+        assert (EXPERIMENTS / study / "__main__.py").is_file(), study
+
+
+@pytest.mark.parametrize("study", sorted(STUDIES))
+def test_a_study_package_imports_nothing(study):
+    """Reading one module of a study (the evidence reads ``cifar.results``) loads none of its training code."""
+    assert not _imports(MODULES[f"stiefel_mini.experiments.{study}"]), study
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("stiefel_mini.experiments.")))
 def test_an_experiment_imports_the_shared_modules_and_its_own(module):
     name = module.split(".")[2]
-    if name in SHARED:
-        allowed = SHARED
-    else:
-        owner = [mods for mods in EXPERIMENTS.values() if name in mods]
-        assert owner, f"{module} belongs to no experiment: add it to SHARED or EXPERIMENTS here"
-        allowed = SHARED | owner[0]
+    allowed = SHARED if name in SHARED else SHARED | {name}
     used = {m.split(".")[2] for m in _imports(MODULES[module]) if m.startswith("stiefel_mini.experiments.")}
     assert used <= allowed, f"{module} imports another experiment's modules: {sorted(used - allowed)}"
+
+
+def test_the_experiment_tests_mirror_the_modules():
+    """``tests/experiments/<study>/test_<module>.py`` tests ``stiefel_mini/experiments/<study>/<module>.py``."""
+    tests = Path(__file__).resolve().parent / "experiments"
+    for path in sorted(tests.rglob("test_*.py")):
+        rel = path.relative_to(tests)
+        module = EXPERIMENTS / rel.parent / (rel.name.removeprefix("test_"))
+        assert module.is_file(), f"{path.relative_to(tests.parents[1])} tests no module (no {module.name} there)"
+
+
+def test_importing_the_library_loads_no_experiment_evidence_or_chapter_helper():
+    code = "import sys, stiefel_mini; print(' '.join(m for m in sys.modules if m.startswith('stiefel_mini.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=PACKAGE.parent).stdout.split()
+    upper = {m for m in loaded if _layer(m) >= LAYERS["experiments"]}
+    assert loaded and not upper, f"import stiefel_mini loads {sorted(upper)}"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The language-model question on a complete study: the evidence layer's known answers and the chapter's
 every cell, before the real study has paired seeds.
 
-The study is made by the study's own scheduler (:func:`stiefel_mini.experiments.lm_plan.plan`) with
+The study is made by the study's own scheduler (:func:`stiefel_mini.experiments.lm.plan.plan`) with
 invented outcomes: each sweep is a bowl around a known best inside its grid, and on the paired seeds
 every arm sits a fixed offset from AdamW (StiefelAdam 0.02 bits per byte lower on all eight seeds,
 Muon 0.03, frozen frames 0.01 above StiefelAdam), so each comparison has one right answer. The
@@ -22,8 +22,8 @@ from bs4 import BeautifulSoup
 from stiefel_mini import evidence
 from stiefel_mini.evidence import plain
 from stiefel_mini.evidence.claims import claim
-from stiefel_mini.experiments.lm_config import STUDY
-from stiefel_mini.experiments.lm_plan import plan
+from stiefel_mini.experiments.lm.config import STUDY
+from stiefel_mini.experiments.lm.plan import plan
 from stiefel_mini.resources import CHECKOUT_RESULTS
 from tests.counterfactual import execute_chapters
 

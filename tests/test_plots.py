@@ -74,7 +74,7 @@ def _hist(shift):
 
 
 def test_peer_curve_figure_draws_four_lines_per_run_and_every_phase():
-    from stiefel_mini.experiments.peer_curve import NANDA_PHASES
+    from stiefel_mini.experiments.grokking.peer_curve import NANDA_PHASES
 
     runs = {"adamw": {0: _hist(0), 1: _hist(0.1)}, "stiefel_learned": {0: _hist(0.2)}}
     fig, axes = plots.peer_curve_figure(runs, NANDA_PHASES, {"adamw": "C0", "stiefel_learned": "C1"})
@@ -86,7 +86,7 @@ def test_peer_curve_figure_draws_four_lines_per_run_and_every_phase():
 
 
 def test_one_run_figure_shows_every_gap_and_every_dip():
-    from stiefel_mini.experiments.one_run import one_run_gaps
+    from stiefel_mini.experiments.grokking.one_run import one_run_gaps
 
     base = {s: _hist(0)["history"] for s in range(3)}
     arm = {s: _hist(0.5 * s)["history"] for s in range(3)}

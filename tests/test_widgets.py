@@ -107,18 +107,20 @@ def test_markdown_table_escapes_a_bar_inside_a_cell():
 
 import re  # noqa: E402
 
-from stiefel_mini.experiments import weight_decay as wdx  # noqa: E402
 from stiefel_mini.experiments.config import replace  # noqa: E402
+from stiefel_mini.experiments.weight_decay import config as wd_config
+from stiefel_mini.experiments.weight_decay import experiment as wd_experiment
+from stiefel_mini.experiments.weight_decay import readouts as wd_readouts
 from stiefel_mini.widgets import weight_decay_frame_html as widget_frame_html  # noqa: E402
 from stiefel_mini.widgets import weight_decay_widget  # noqa: E402
 
-TINY = replace(wdx.WeightDecaySweep(), steps=30, weight_decays=(0.0, 1.0, 10.0), snapshot_steps=(0, 10, 30),
+TINY = replace(wd_config.WeightDecaySweep(), steps=30, weight_decays=(0.0, 1.0, 10.0), snapshot_steps=(0, 10, 30),
                log_every=5, eval_size=64, batch_size=32, arms=("adamw", "stiefel"))
 
 
 @pytest.fixture(scope="module")
 def history():
-    return wdx.sweep(TINY)
+    return wd_experiment.sweep(TINY)
 
 
 SPAN = re.compile(r'<div class="wd-readout" data-arm="(\w+)".*?</div>', re.S)
@@ -157,7 +159,7 @@ def test_widget_numbers_agree_with_the_library(history):
                 assert float(shown[arm]["norm_q"]) == pytest.approx(norm, abs=2e-6)
                 assert float(shown[arm]["max_change_value"]) == change
                 assert float(shown[arm]["entropy"]) == pytest.approx(entropy, abs=2e-6)
-                assert shown[arm]["fingerprint"] == wdx.fingerprint(W_q, W_k)
+                assert shown[arm]["fingerprint"] == wd_readouts.fingerprint(W_q, W_k)
             if step > 0 and wd > 0:
                 assert shown["stiefel"]["max_change"] == "0 (bitwise equal)"
                 assert shown["adamw"]["max_change"] != "0 (bitwise equal)"

@@ -290,7 +290,7 @@ CLAIMS: tuple[Claim, ...] = (
 LM = ("lm/study.json",)
 LM_REGIME = "GPT-2, 4 layers, width 256, 1.6M tokens of State of the Union addresses, each arm at its best lr"
 LM_SWEEP_SEEDS = (100,)
-"""The seed of the language-model study's lr sweeps (:data:`stiefel_mini.experiments.lm_config.STUDY`)."""
+"""The seed of the language-model study's lr sweeps (:data:`stiefel_mini.experiments.lm.config.STUDY`)."""
 
 
 def _lm(label: str, a: str, b: str, **kw: Any) -> Comparison:
@@ -327,10 +327,10 @@ LM2_REGIME = ("GPT-2, 4 layers, width 256, State of the Union addresses, 800 ste
               "its best on sweep seeds 100-101")
 LM2_LONG_REGIME = "as the short runs, 2,400 steps (4.9M tokens, 1.8 passes), lr re-checked at 3 points on seed 100"
 LM2_SWEEP_SEEDS = (100, 101)
-"""The sweep seeds of the second language-model study (:data:`stiefel_mini.experiments.lm_round2.ROUND2`)."""
+"""The sweep seeds of the second language-model study (:data:`stiefel_mini.experiments.lm.round2.ROUND2`)."""
 FAMILY_ARMS = {"adamw_family": "adamw", "muon_family": "muon"}
 """Arm names a round-2 comparison may use for a family's better arm: the arm
-:func:`stiefel_mini.experiments.lm_round2.better_arm` picks for that family (``adamw`` or
+:func:`stiefel_mini.experiments.lm.round2.better_arm` picks for that family (``adamw`` or
 ``adamw_qknorm``; ``muon`` or ``muon_qknorm``) from the sweep runs, before any paired run."""
 
 

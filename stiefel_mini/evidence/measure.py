@@ -14,7 +14,7 @@ from typing import Callable
 
 from stiefel_mini.evidence import compare, ledger, reach, runs
 from stiefel_mini.evidence.claims import FAMILY_ARMS, PAIRED_SETTINGS, Comparison
-from stiefel_mini.experiments.lm_round2 import ROUND2, plan2, point_key
+from stiefel_mini.experiments.lm.round2 import ROUND2, plan2, point_key
 
 __all__ = ["pooled", "family_arms", "compute", "confirming"]
 
@@ -48,7 +48,7 @@ def pooled(files: tuple[str, ...], root: Path | None, keep: Callable[[dict], boo
 
 def family_arms(comp: Comparison, root: Path | None = None) -> dict[str, str]:
     """``{family name: arm}`` for each side of ``comp`` named by a family (:data:`claims.FAMILY_ARMS`):
-    the arm :func:`stiefel_mini.experiments.lm_round2.better_arm` picks from every sweep run of the
+    the arm :func:`stiefel_mini.experiments.lm.round2.better_arm` picks from every sweep run of the
     files (the declared rule, whatever runs a confirmation keeps); a family not yet decided keeps its
     name, which no run has, so its side is empty."""
     names = {x for x in (comp.a, comp.b) if x in FAMILY_ARMS}
@@ -82,7 +82,7 @@ def _side(pool: list[dict], comp: Comparison, arm: str, extra: tuple) -> dict[in
     chosen = [r for r in pool if all(r.get(k) == v for k, v in comp.select + extra)]
     if arm in comp.at_best:
         mine = [r for r in chosen if r["arm"] == arm]
-        if any("per_head" in r for r in mine):  # a round-2 run: its settings are lm_round2.FIELDS
+        if any("per_head" in r for r in mine):  # a round-2 run: its settings are lm.round2.FIELDS
             return _round2_best(mine)
         return runs.at_best_lr(mine, arm)[1]
     return runs.by_seed(chosen, arm=arm)

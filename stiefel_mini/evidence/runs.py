@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stiefel_mini.experiments.cifar_results import groups, run_key
+from stiefel_mini.experiments.cifar.results import groups, run_key
 from stiefel_mini.experiments.records import load_results
 from stiefel_mini.resources import results_path
 

@@ -17,7 +17,7 @@ batches and runs the same number of steps at the same learning rate:
 * ``adamw``: ``torch.optim.AdamW`` on unconstrained weights, for reference.
 
 What weight decay does to an orthogonal weight under each library is in
-:mod:`stiefel_mini.experiments.orthogonal_decay`.
+:mod:`stiefel_mini.experiments.weight_decay.orthogonal_decay`.
 
 ``run(cfg)`` trains one tool (``cfg.tool``); ``sweep(cfg)`` gives one row per tool of ``cfg.tools``.
 CLI: ``python -m stiefel_mini.experiments.compare_tools --steps 40 --weight_decay 0.1``.

@@ -105,10 +105,12 @@ def test_decay_moves_adamw_and_not_stiefeladam(page):
 
 def test_displayed_numbers_are_the_librarys(page):
     """Re-run the chapter's configuration with stiefel_mini and compare with what the page shows."""
-    from stiefel_mini.experiments import weight_decay as wdx
+    from stiefel_mini.experiments.weight_decay import config as wd_config
+    from stiefel_mini.experiments.weight_decay import experiment as wd_experiment
+    from stiefel_mini.experiments.weight_decay import readouts as wd_readouts
 
-    cfg = dataclasses.replace(wdx.CHAPTER_CONFIG, arms=("adamw", "stiefel"))
-    history = wdx.sweep(cfg)
+    cfg = dataclasses.replace(wd_config.CHAPTER_CONFIG, arms=("adamw", "stiefel"))
+    history = wd_experiment.sweep(cfg)
     handles = page.locator(".wd-widget .widget-slider .noUi-handle")
     wd_handle = handles.nth(0)
     state = _state(page)
@@ -116,7 +118,7 @@ def test_displayed_numbers_are_the_librarys(page):
     for i in range(len(cfg.weight_decays)):
         i_wd = list(cfg.weight_decays).index(float(state["frame"]["wd"]))
         i_snap = list(cfg.run.snapshot_steps).index(int(state["frame"]["step"]))
-        ref = wdx.widget_readouts(history, i_wd, i_snap)
+        ref = wd_readouts.widget_readouts(history, i_wd, i_snap)
         for arm in ("adamw", "stiefel"):
             shown = state["readouts"][arm]
             assert float(shown["norm_q"]) == pytest.approx(ref[arm]["norm_q"], rel=1e-5, abs=2e-6)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stiefel_mini.experiments import cifar_data
-from stiefel_mini.experiments.cifar import PLANS, REPRO_TINY_SET, CifarConfig
+from stiefel_mini.experiments.cifar import data as cifar_data
+from stiefel_mini.experiments.cifar.config import PLANS, REPRO_TINY_SET, CifarConfig
 from stiefel_mini.experiments.config import replace
 
 

@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from stiefel_mini.experiments import cifar, grokking, lm, runner
+from stiefel_mini.experiments import runner
+from stiefel_mini.experiments.cifar import experiment as cifar_experiment
 from stiefel_mini.experiments.config import ConfigError
+from stiefel_mini.experiments.grokking import experiment as grokking_experiment
+from stiefel_mini.experiments.lm import experiment as lm_experiment
 from stiefel_mini.experiments.records import save_results
 
 REPO = Path(__file__).resolve().parents[2]
-PARSERS = {"cifar": cifar.parse_args, "grokking": grokking.parse_args, "lm": lm.parse_args}
+PARSERS = {"cifar": cifar_experiment.parse_args, "grokking": grokking_experiment.parse_args,
+           "lm": lm_experiment.parse_args}
 
 
 def test_changed_fields_names_every_disagreeing_key():
@@ -118,9 +122,10 @@ def test_every_stored_command_still_parses(name, args):
 
 
 def test_a_stored_command_gives_its_plan():
-    cfg, preset = cifar.parse_args(shlex.split("--preset r2_fitted --arms A1 --seeds 7 --lr 0.003 --frame_lr 1.0"))
+    argv = shlex.split("--preset r2_fitted --arms A1 --seeds 7 --lr 0.003 --frame_lr 1.0")
+    cfg, preset = cifar_experiment.parse_args(argv)
     assert preset == "r2_fitted" and cfg.arms == ("A1",) and cfg.seeds == (7,) and cfg.run.optimizer.frame_lr == 1.0
     assert cfg.run.seeding == "streams" and cfg.out == "results/cifar/r2_fitted.json"
-    assert cifar.parse_args(["--preset", "cpu"])[0].run.seeding == "v0"
-    scfg, base = grokking.parse_args(shlex.split("sweep --plan r2_wd --threads 1"))
+    assert cifar_experiment.parse_args(["--preset", "cpu"])[0].run.seeding == "v0"
+    scfg, base = grokking_experiment.parse_args(shlex.split("sweep --plan r2_wd --threads 1"))
     assert scfg.weight_decays == (0.1, 0.3, 1.0, 3.0) and base.steps == 8000 and base.threads == 1

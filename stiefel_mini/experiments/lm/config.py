@@ -1,0 +1,159 @@
+"""Configs and the study plan of the language-model experiment (:mod:`stiefel_mini.experiments.lm`).
+
+A run (:class:`LMConfig`) trains one arm on one seed: a GPT-2 of :class:`LMModel`'s size from
+Hugging Face ``transformers``, its attention converted by :func:`stiefel_mini.convert_attention`, on
+the State of the Union addresses for a fixed number of tokens (``steps * batch_size * context``).
+The study (:data:`STUDY`, a :class:`LMStudy`) is data: per arm the lr it sweeps, the values, and the
+lrs it takes at another arm's best; then the paired seeds at every arm's best.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["LM_ARMS", "LMModel", "LMOptimizer", "LMConfig", "PRESETS", "ArmSweep", "LMStudy", "STUDY", "SWEPT"]
+
+LM_ARMS = {
+    "adamw": "AdamW on every weight",
+    "stiefel": "StiefelAdam on the Q/K frames, AdamW on the rest",
+    "muon": "Muon on every hidden matrix (Q, K, V, output, MLP), AdamW on embeddings, norms and biases",
+    "frozen": "the Q/K frames kept at their start, AdamW on the rest",
+    "muon_stiefel": "StiefelAdam on the Q/K frames, Muon on the other hidden matrices, AdamW on the rest",
+}
+"""The arms of the study: name -> what trains what."""
+
+SWEPT = ("lr", "frame_lr", "muon_lr")
+"""The lr fields an arm may sweep: AdamW's ``lr``, StiefelAdam's ``frame_lr``, Muon's ``muon_lr``."""
+
+
+@dataclass
+class LMModel:
+    """The GPT-2: layers, width, heads (head size ``d_model / n_head``), context and vocabulary."""
+
+    n_layer: int = 4
+    d_model: int = 256
+    n_head: int = 4
+    context: int = 128
+    vocab_size: int = 2048
+
+
+@dataclass
+class LMOptimizer:
+    """Every arm's optimizer settings; each arm reads the ones it uses (:mod:`.model`).
+
+    ``lr``: AdamW's (embeddings, norms, biases; every weight for ``adamw``); ``frame_lr`` and
+    ``max_step``: StiefelAdam's frames (a frame moves about ``frame_lr`` per step, at most
+    ``max_step``, so a ``frame_lr`` above ``max_step`` moves it by ``max_step`` until the schedule
+    brings it under); ``muon_lr``, ``momentum``: Muon's. Every lr follows one schedule: linear
+    warm-up over ``warmup_frac`` of the steps, then a cosine to ``final_lr_frac`` of its peak.
+    ``weight_decay`` applies to AdamW's matrices and embeddings only.
+    """
+
+    lr: float = 2e-3
+    frame_lr: float = 0.03
+    muon_lr: float = 0.02
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    max_step: float = 0.1
+    momentum: float = 0.95
+    warmup_frac: float = 0.05
+    final_lr_frac: float = 0.1
+    grad_clip: float = 1.0
+
+
+@dataclass
+class LMConfig:
+    """One run: arm, seed, length and how it is measured.
+
+    ``steps`` of ``batch_size`` windows of ``context`` tokens; every ``eval_every`` steps the
+    validation bits per byte on ``eval_windows`` windows spread over the validation addresses (the
+    curve); at the end on every validation and test window. ``samples`` texts of ``sample_tokens``
+    tokens are drawn from the trained model.
+    """
+
+    arm: str = "adamw"
+    seed: int = 0
+    steps: int = 800
+    batch_size: int = 16
+    eval_every: int = 50
+    eval_windows: int = 96
+    samples: int = 3
+    sample_tokens: int = 48
+    threads: int = 1
+    progress: bool = True
+    model: LMModel = field(default_factory=LMModel)
+    optimizer: LMOptimizer = field(default_factory=LMOptimizer)
+
+
+PRESETS = {
+    "cpu": LMConfig(),
+    # A few seconds: the tests' and the chapter's live run.
+    "tiny": LMConfig(steps=40, batch_size=4, eval_every=20, eval_windows=8, samples=1, sample_tokens=8,
+                     model=LMModel(n_layer=1, d_model=32, n_head=2, context=32)),
+}
+"""Named run configs: ``cpu`` (the study's, about 8 CPU minutes at one thread), ``tiny`` (tests)."""
+
+
+@dataclass(frozen=True)
+class ArmSweep:
+    """How an arm's lr is chosen: ``swept`` (a field of :data:`SWEPT`) over ``values``; every field
+    of ``takes`` (``(field, arm)``) at that other arm's best. If the best value is at an end of the
+    grid, the grid grows by one value beyond it (the ratio of the two end values), up to ``extend``
+    times, so that the chosen value lies inside the swept range."""
+
+    arm: str
+    swept: str
+    values: tuple[float, ...]
+    takes: tuple[tuple[str, str], ...] = ()
+    extend: int = 2
+
+    def __post_init__(self) -> None:
+        if self.arm not in LM_ARMS:
+            raise ValueError(f"unknown arm {self.arm!r}; choose one of {sorted(LM_ARMS)}")
+        if self.swept not in SWEPT or any(f not in SWEPT for f, _ in self.takes):
+            raise ValueError(f"swept and taken fields must be in {SWEPT}; got {self.swept!r}, {self.takes}")
+        if len(self.values) < 4 or list(self.values) != sorted(set(self.values)):
+            raise ValueError(f"{self.arm}: sweep at least four increasing values; got {self.values}")
+
+
+@dataclass(frozen=True)
+class LMStudy:
+    """The study: lr sweeps on ``sweep_seeds``, then every arm at its best on the paired ``seeds``."""
+
+    sweeps: tuple[ArmSweep, ...]
+    sweep_seeds: tuple[int, ...] = (100,)
+    seeds: tuple[int, ...] = tuple(range(8))
+    preset: str = "cpu"
+
+    def __post_init__(self) -> None:
+        arms = [s.arm for s in self.sweeps]
+        if len(set(arms)) != len(arms):
+            raise ValueError(f"each arm is swept once; got {arms}")
+        for s in self.sweeps:
+            for _, other in s.takes:
+                if other not in arms or arms.index(other) >= arms.index(s.arm):
+                    raise ValueError(f"{s.arm} takes a value at {other}'s best: sweep {other} first")
+        if set(self.sweep_seeds) & set(self.seeds):
+            raise ValueError("the lr sweeps' seeds must not be the comparison's seeds")
+
+    def sweep(self, arm: str) -> ArmSweep:
+        """The :class:`ArmSweep` of ``arm``."""
+        for s in self.sweeps:
+            if s.arm == arm:
+                return s
+        raise ValueError(f"no sweep for arm {arm!r}")
+
+
+_LR = (1e-3, 2e-3, 4e-3, 8e-3)
+_FRAME_LR = (0.01, 0.03, 0.1, 0.3)
+STUDY = LMStudy(sweeps=(
+    ArmSweep("adamw", "lr", _LR),
+    ArmSweep("frozen", "lr", _LR),
+    ArmSweep("stiefel", "frame_lr", _FRAME_LR, takes=(("lr", "adamw"),)),
+    ArmSweep("muon", "muon_lr", (0.005, 0.01, 0.02, 0.04), takes=(("lr", "adamw"),)),
+    ArmSweep("muon_stiefel", "frame_lr", _FRAME_LR, takes=(("lr", "adamw"), ("muon_lr", "muon"))),
+))
+"""The study of ``results/lm/study.json``: AdamW's lr first (frozen sweeps its own), StiefelAdam's
+frame lr and Muon's lr with the rest at AdamW's best, then ``muon_stiefel``'s frame lr with Muon at
+its best; seed 100 for the sweeps, seeds 0-7 for the comparison."""

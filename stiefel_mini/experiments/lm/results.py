@@ -1,0 +1,218 @@
+"""Reading the language-model study's results: sweeps, curves, samples and costs per arm, and the setup.
+
+Pure functions of the payload :func:`stiefel_mini.experiments.lm.experiment.study` writes (``results/lm/study.json``),
+of the second study's (``results/lm/round2.json``, :mod:`stiefel_mini.experiments.lm.round2`) and of the
+benchmark's record (``results/benchmarks/lm_throughput.json``), for the chapter and the
+evidence layer; :func:`setup_facts` gathers the numbers that describe a run. No training code. The
+comparisons and verdicts are the evidence layer's (:data:`stiefel_mini.evidence.claims.LM_CLAIMS`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
+from stiefel_mini.experiments.lm.plan import plan
+from stiefel_mini.experiments.lm.round2 import ROUND2, Round2, plan2
+from stiefel_mini.experiments.records import load_results
+from stiefel_mini.experiments.stats import paired_ratio
+from stiefel_mini.resources import results_path
+
+__all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
+           "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
+           "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_sweep_rows"]
+
+STUDY_FILE = "lm/study.json"
+"""The study's results file under ``results/``."""
+THROUGHPUT_FILE = "benchmarks/lm_throughput.json"
+"""The language-model benchmark's record under ``results/`` (``benchmarks/lm_throughput.py --out``)."""
+ROUND2_FILE = "lm/round2.json"
+"""Round 2's results file under ``results/``."""
+TOKENIZER_META = "lm/tokenizer_meta.json"
+"""The tokenizer's measurements (bytes per token, tokens per split) under ``results/``."""
+
+
+def setup_facts(cfg: LMConfig = PRESETS["cpu"]) -> dict:
+    """The numbers that describe a run of ``cfg``, for the chapter's prose.
+
+    From the tokenizer's record (no corpus needed): ``addresses``, ``val``, ``test`` (counts) and
+    ``years``, ``val_years``, ``test_years`` (first, last) of the corpus and its held-out splits,
+    ``bytes_per_token`` on validation and ``passes`` over the training tokens. From ``cfg``: the
+    model's ``layers``, ``width``, ``heads``, ``head_size``, ``context``, ``vocab`` and ``params``
+    (the output layer shares the token embedding); ``steps``, ``batch``, ``tokens``
+    (``steps * batch * context``), ``threads`` and ``max_step`` (the frames' trust cap). Then
+    ``uniform_bpb``, the bits per byte of a model that gives every token the same probability,
+    :math:`\\log_2 V / \\text{bytes per token}`; the study's ``seeds`` and ``sweep_seeds``; Muon's
+    ``ns_steps`` (Newton-Schulz iterations per step) and the samples' ``temperature`` and ``top_k``.
+    Raises ``ValueError`` when ``cfg``'s vocabulary is not the tokenizer's.
+    """
+    import inspect
+
+    from stiefel_mini.experiments.lm.experiment import sample
+    from stiefel_mini.experiments.lm.model import build_model
+    from stiefel_mini.experiments.reference_optimizers import newton_schulz
+
+    meta = load_results(results_path(TOKENIZER_META))
+    m = cfg.model
+    if m.vocab_size != meta["vocab_size"]:
+        raise ValueError(f"cfg.model.vocab_size={m.vocab_size} but the tokenizer has {meta['vocab_size']} tokens")
+    tokens = cfg.steps * cfg.batch_size * m.context
+    bpt = meta["bytes_per_token"]["val"]
+    years = {k: tuple(v) for k, v in meta["years"].items()}
+    defaults = {k: v.default for k, v in inspect.signature(sample).parameters.items()}
+    return {"addresses": sum(meta["addresses"].values()),
+            "years": (min(y[0] for y in years.values()), max(y[1] for y in years.values())),
+            "val": meta["addresses"]["val"], "test": meta["addresses"]["test"],
+            "val_years": years["val"], "test_years": years["test"],
+            "layers": m.n_layer, "width": m.d_model, "heads": m.n_head, "head_size": m.d_model // m.n_head,
+            "context": m.context, "vocab": m.vocab_size,
+            "params": sum(p.numel() for p in build_model(cfg).parameters()),
+            "steps": cfg.steps, "batch": cfg.batch_size, "tokens": tokens,
+            "passes": tokens / meta["tokens"]["train"], "bytes_per_token": bpt,
+            "uniform_bpb": math.log2(m.vocab_size) / bpt, "threads": cfg.threads,
+            "max_step": cfg.optimizer.max_step, "seeds": STUDY.seeds, "sweep_seeds": STUDY.sweep_seeds,
+            "ns_steps": inspect.signature(newton_schulz).parameters["steps"].default,
+            "temperature": defaults["temperature"], "top_k": defaults["top_k"]}
+
+
+def _load(name: str) -> dict | None:
+    try:
+        return load_results(results_path(name))
+    except FileNotFoundError:
+        return None
+
+
+def load_study() -> dict | None:
+    """The study's results file (:data:`STUDY_FILE`), or ``None`` where this copy of the results lacks it."""
+    return _load(STUDY_FILE)
+
+
+def load_round2() -> dict | None:
+    """Round 2's results file (:data:`ROUND2_FILE`), or ``None`` where this copy of the results lacks it."""
+    return _load(ROUND2_FILE)
+
+
+def load_throughput() -> dict | None:
+    """The benchmark's record (:data:`THROUGHPUT_FILE`), or ``None`` where this copy of the results lacks it."""
+    return _load(THROUGHPUT_FILE)
+
+
+def progress_counts(payload: dict | None, study: LMStudy = STUDY) -> dict:
+    """``{"sweep", "seeds", "remaining", "best"}``: finished sweep and seed runs, runs still to go
+    (:func:`stiefel_mini.experiments.lm.plan.plan`) and each swept arm's best lr fields."""
+    runs = payload["runs"] if payload else []
+    state = plan(study, runs)
+    return {"sweep": sum(r["phase"] == "sweep" for r in runs), "seeds": sum(r["phase"] == "seeds" for r in runs),
+            "remaining": state.remaining, "best": state.best}
+
+
+def sweep_rows(payload: dict | None) -> list[dict]:
+    """One row per (arm, swept value) of the lr sweeps: ``{"arm", "swept", "value", "val_bpb", "n"}``,
+    the mean validation bits per byte over the sweep seeds, in study order then by value."""
+    if not payload:
+        return []
+    order = [s.arm for s in STUDY.sweeps]
+    rows: dict[tuple, list[float]] = {}
+    for r in payload["runs"]:
+        if r["phase"] == "sweep":
+            swept = STUDY.sweep(r["arm"]).swept
+            rows.setdefault((r["arm"], swept, r[swept]), []).append(r["val_bpb"])
+    out = [{"arm": a, "swept": s, "value": v, "val_bpb": float(np.mean(b)), "n": len(b)}
+           for (a, s, v), b in rows.items()]
+    return sorted(out, key=lambda row: (order.index(row["arm"]), row["value"]))
+
+
+def seed_runs(payload: dict | None, arm: str) -> dict[int, dict]:
+    """``arm``'s runs of the paired seeds (at its best lr), keyed by seed."""
+    if arm not in LM_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; choose one of {sorted(LM_ARMS)}")
+    if not payload:
+        return {}
+    return {r["seed"]: r for r in payload["runs"] if r["phase"] == "seeds" and r["arm"] == arm}
+
+
+def curve_band(runs: dict[int, dict]) -> dict | None:
+    """The validation curves of ``runs`` on one token axis: ``{"tokens", "median", "low", "high"}``
+    (median and range over seeds at each evaluation; runs that diverged left out), ``None`` without runs."""
+    runs = {s: r for s, r in runs.items() if r.get("diverged_at") is None}
+    if not runs:
+        return None
+    curves = np.array([r["history"]["val_bpb"] for r in runs.values()], dtype=float)  # (seeds, evals)
+    tokens = next(iter(runs.values()))["history"]["tokens"]
+    return {"tokens": np.asarray(tokens), "median": np.median(curves, 0), "low": curves.min(0),
+            "high": curves.max(0)}
+
+
+def difference_band(runs: dict[int, dict], baseline: dict[int, dict]) -> dict | None:
+    """The paired validation curve ``runs[s] - baseline[s]`` over the seeds both have (runs that
+    diverged left out): ``{"tokens", "median", "low", "high", "n"}`` at each evaluation, the median and
+    range over seeds; ``None`` without a common seed. Negative: lower bits per byte than the baseline."""
+    ok = lambda r: r.get("diverged_at") is None  # noqa: E731
+    seeds = sorted(s for s in runs if s in baseline and ok(runs[s]) and ok(baseline[s]))
+    if not seeds:
+        return None
+    d = np.array([np.subtract(runs[s]["history"]["val_bpb"], baseline[s]["history"]["val_bpb"]) for s in seeds])
+    return {"tokens": np.asarray(runs[seeds[0]]["history"]["tokens"]), "median": np.median(d, 0),
+            "low": d.min(0), "high": d.max(0), "n": len(seeds)}  # d: (seeds, evals)
+
+
+def throughput_rows(record: dict | None) -> list[dict]:
+    """The language-model benchmark's rates (``benchmarks/lm_throughput.py --out``), one row per
+    (threads, arm): ``{"threads", "arm", "tokens_per_s", "ratio", "low", "high"}``.
+
+    ``tokens_per_s`` is the best round's, ``tokens_per_step / min_r t_r``; ``ratio`` the median over
+    rounds of the step time over ``adamw``'s in the same round, ``low``-``high`` its range
+    (:func:`stiefel_mini.experiments.stats.paired_ratio`). Empty without a record.
+    """
+    if not record:
+        return []
+    out = []
+    for entry in record["timing"]:
+        times = entry["seconds_per_step"]
+        for arm in LM_ARMS:
+            if arm in times:
+                r = paired_ratio(times[arm], times["adamw"])
+                out.append({"threads": entry["threads"], "arm": arm,
+                            "tokens_per_s": entry["tokens_per_step"] / min(times[arm]),
+                            "ratio": r["median"], "low": r["low"], "high": r["high"]})
+    return out
+
+
+def samples(payload: dict | None, seed: int = 0) -> dict[str, list[dict]]:
+    """Per arm, the texts its seed-``seed`` model wrote (``[{"prompt", "text"}]``), where that run exists."""
+    return {arm: run["samples"] for arm in LM_ARMS if (run := seed_runs(payload, arm).get(seed)) is not None}
+
+
+def round2_progress(payload: dict | None, study: Round2 = ROUND2) -> dict:
+    """Where round 2 stands: ``{"finished", "done", "remaining", "best", "better"}``: finished runs per
+    phase (``{"sweep": 8, ...}``), the finished work and the work left in runs of ``study.steps``
+    (a long run counts ``long_steps / steps``; what is left includes runs still waiting on a choice,
+    :func:`~stiefel_mini.experiments.lm.round2.plan2`), each swept arm's best settings and each
+    family's better arm, once known."""
+    runs = payload["runs"] if payload else []
+    state = plan2(study, runs)
+    finished: dict[str, int] = {}
+    for r in runs:
+        finished[r["phase"]] = finished.get(r["phase"], 0) + 1
+    done = sum(r["steps"] / study.steps for r in runs)
+    return {"finished": finished, "done": done, "remaining": state.remaining, "best": state.best,
+            "better": state.better}
+
+
+def round2_sweep_rows(payload: dict | None, study: Round2 = ROUND2) -> list[dict]:
+    """One row per (arm, setting) of round 2's sweeps: ``{"arm", "setting", "val_bpb", "n"}``, the
+    setting as ``{field: value}`` of the arm's swept fields and the mean validation bits per byte over
+    the sweep seeds that have run (``None`` if one diverged), in the plan's order of arms."""
+    if not payload:
+        return []
+    order = [g.arm for g in study.grids]
+    rows: dict[tuple, list] = {}
+    for r in payload["runs"]:
+        if r["phase"] == "sweep":
+            swept = tuple((f, r[f]) for f, _ in study.grid(r["arm"]).axes)
+            rows.setdefault((r["arm"], swept), []).append(r["val_bpb"])
+    out = [{"arm": a, "setting": dict(s), "val_bpb": None if None in v else float(np.mean(v)), "n": len(v)}
+           for (a, s), v in rows.items()]
+    return sorted(out, key=lambda row: (order.index(row["arm"]), tuple(row["setting"].values())))

@@ -1,0 +1,112 @@
+"""The language-model run and study: a short run learns, a study resumes where it stopped."""
+
+from __future__ import annotations
+
+import pytest
+
+from stiefel_mini.experiments.config import replace
+from stiefel_mini.experiments.lm import data as lm_data
+from stiefel_mini.experiments.lm import experiment as lm_experiment
+from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, ArmSweep, LMStudy
+from stiefel_mini.experiments.lm.model import FRAME_ARMS
+from stiefel_mini.experiments.lm.plan import plan, run_settings
+from stiefel_mini.experiments.records import load_results
+
+TINY = replace(PRESETS["tiny"], progress=False)
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """A slice of the corpus: the first 1,500 characters of every address, same names and split."""
+    folder = tmp_path_factory.mktemp("sotu")
+    source = lm_data.corpus_dir()
+    for name in lm_data.addresses(source):
+        (folder / f"{name}.txt").write_text((source / f"{name}.txt").read_text(encoding="utf-8")[:1500],
+                                            encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def on_the_slice(small_corpus, monkeypatch):
+    monkeypatch.setenv(lm_data.CORPUS_ENV, str(small_corpus))
+
+
+@pytest.mark.parametrize("arm", sorted(LM_ARMS))
+def test_a_short_run_lowers_the_validation_loss(arm):
+    out = lm_experiment.run(replace(TINY, arm=arm))
+    curve = out["history"]["val_bpb"]
+    assert curve[-1] < curve[0] - 0.1
+    assert out["val_bpb"] < curve[0] and out["test_bpb"] < curve[0]
+    assert len(out["samples"]) == TINY.samples and isinstance(out["samples"][0]["text"], str)
+    if arm in FRAME_ARMS:
+        assert out["orth_error"] < 1e-5
+    assert (out["qk_step_mean"] == 0.0) == (arm == "frozen")
+
+
+def test_a_run_is_a_function_of_its_seed():
+    a, b = (lm_experiment.run(replace(TINY, arm="stiefel", seed=3, steps=10)) for _ in range(2))
+    assert a["history"]["val_bpb"] == b["history"]["val_bpb"] and a["samples"] == b["samples"]
+
+
+def test_a_tokenizer_of_another_size_is_refused():
+    with pytest.raises(ValueError, match="vocab_size=512"):
+        lm_experiment.run(replace(TINY, vocab_size=512))
+
+
+SMALL = LMStudy(sweeps=(ArmSweep("adamw", "lr", (1e-3, 3e-3, 1e-2, 3e-2), extend=0),
+                        ArmSweep("stiefel", "frame_lr", (0.01, 0.03, 0.1, 0.3), takes=(("lr", "adamw"),), extend=0)),
+                seeds=(0, 1), preset="tiny")
+
+
+def test_an_interrupted_study_resumes_without_repeating_a_run(tmp_path, monkeypatch):
+    out = tmp_path / "study.json"
+    base = replace(TINY, steps=4, eval_every=2, samples=0)
+    real, calls = lm_experiment._run_point, []
+
+    def stop_after_three(*args):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(lm_experiment, "_run_point", stop_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        lm_experiment.study(base, out, SMALL, workers=1)
+    assert len(load_results(out)["runs"]) == 3
+    monkeypatch.setattr(lm_experiment, "_run_point", real)
+    payload = lm_experiment.study(base, out, SMALL, workers=1)
+    keys = [run_settings(r) for r in payload["runs"]]
+    assert len(keys) == len(set(keys)) == 2 * 4 + 2 * 2
+    assert plan(SMALL, payload["runs"], base).remaining == 0
+    assert [run_settings(r) for r in payload["runs"][:3]] == [run_settings(p) for p in calls]
+    assert all(r["started_utc"] and r["git_commit"] for r in payload["runs"])
+    assert len(payload["provenance_previous"]) == 1
+
+
+def test_a_study_file_of_other_settings_is_refused(tmp_path):
+    out = tmp_path / "study.json"
+    plan_ = LMStudy(sweeps=SMALL.sweeps[:1], seeds=())
+    lm_experiment.study(replace(TINY, steps=2, eval_every=1, samples=0), out, plan_, 1)
+    with pytest.raises(ValueError, match="steps"):
+        lm_experiment.study(replace(TINY, steps=3, eval_every=1, samples=0), out, SMALL, 1)
+    with pytest.raises(ValueError, match="another plan"):
+        lm_experiment.study(replace(TINY, steps=2, eval_every=1, samples=0), out, SMALL, 1)
+
+
+def test_the_study_plan_is_the_declared_one():
+    assert STUDY.seeds == tuple(range(8)) and STUDY.sweep_seeds == (100,)
+    assert [s.arm for s in STUDY.sweeps] == ["adamw", "frozen", "stiefel", "muon", "muon_stiefel"]
+    assert all(len(s.values) >= 4 for s in STUDY.sweeps)
+
+
+def test_the_command_line_runs_one_tiny_run(tmp_path, capsys):
+    lm_experiment.main(["--preset", "tiny", "--arm", "muon", "--steps", "4", "--eval_every", "2", "--progress", "false",
+             "--out", str(tmp_path / "one.json")])
+    assert "muon seed 0: validation" in capsys.readouterr().out
+    assert load_results(tmp_path / "one.json")["config"]["arm"] == "muon"
+
+
+def test_a_diverging_run_ends_with_its_step_and_no_loss():
+    out = lm_experiment.run(replace(TINY, arm="adamw", lr=1e30, steps=10, eval_every=5))
+    assert out["diverged_at"] is not None and out["val_bpb"] is None and out["samples"] == []
+    assert lm_experiment.run(replace(TINY, arm="adamw", steps=2, eval_every=1))["diverged_at"] is None

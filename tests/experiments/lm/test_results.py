@@ -1,0 +1,145 @@
+"""Reading the language-model study's results: known answers on constructed payloads, and the setup's numbers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stiefel_mini.experiments.config import replace
+from stiefel_mini.experiments.lm import results as lm_results
+from stiefel_mini.experiments.lm.config import PRESETS, STUDY
+from stiefel_mini.experiments.lm.model import build_model
+
+
+def _run(arm, phase, seed, val_bpb, curve=(3.0, 2.0), diverged_at=None, **lr):
+    return {"arm": arm, "phase": phase, "seed": seed, "val_bpb": val_bpb, "diverged_at": diverged_at,
+            "lr": 2e-3, "frame_lr": 0.03, "muon_lr": 0.02, **lr,
+            "history": {"tokens": [0, 100], "val_bpb": list(curve)},
+            "samples": [{"prompt": "We", "text": f" {arm}"}]}
+
+
+@pytest.fixture
+def payload():
+    return {"runs": [
+        _run("adamw", "sweep", 100, 1.7, lr=2e-3), _run("adamw", "sweep", 100, 1.5, lr=1e-3),
+        _run("stiefel", "sweep", 100, 1.6, frame_lr=0.1),
+        _run("adamw", "seeds", 0, 1.6, curve=(3.0, 1.0)), _run("adamw", "seeds", 1, 1.7, curve=(2.0, 2.0)),
+        _run("adamw", "seeds", 2, 1.9, curve=(4.0, 3.0)), _run("adamw", "seeds", 3, math.inf, diverged_at=5),
+        _run("stiefel", "seeds", 1, 1.5),
+    ]}
+
+
+def test_sweep_rows_are_in_study_order_then_by_value(payload):
+    rows = lm_results.sweep_rows(payload)
+    assert [(r["arm"], r["swept"], r["value"], r["val_bpb"]) for r in rows] == [
+        ("adamw", "lr", 1e-3, 1.5), ("adamw", "lr", 2e-3, 1.7), ("stiefel", "frame_lr", 0.1, 1.6)]
+    assert lm_results.sweep_rows(None) == []
+
+
+def test_seed_runs_keeps_one_arms_paired_runs(payload):
+    assert sorted(lm_results.seed_runs(payload, "adamw")) == [0, 1, 2, 3]
+    assert list(lm_results.seed_runs(payload, "stiefel")) == [1]
+    with pytest.raises(ValueError, match="unknown arm"):
+        lm_results.seed_runs(payload, "sgd")
+
+
+def test_curve_band_is_the_median_and_range_without_diverged_runs(payload):
+    band = lm_results.curve_band(lm_results.seed_runs(payload, "adamw"))
+    np.testing.assert_array_equal(band["median"], [3.0, 2.0])
+    np.testing.assert_array_equal(band["low"], [2.0, 1.0])
+    np.testing.assert_array_equal(band["high"], [4.0, 3.0])
+    assert lm_results.curve_band({}) is None
+
+
+def test_samples_come_from_each_arms_seed(payload):
+    assert lm_results.samples(payload) == {"adamw": [{"prompt": "We", "text": " adamw"}]}
+    assert set(lm_results.samples(payload, seed=1)) == {"adamw", "stiefel"}
+
+
+def test_progress_counts_counts_each_phase(payload):
+    counts = lm_results.progress_counts(payload)
+    assert (counts["sweep"], counts["seeds"]) == (3, 5)
+    assert counts["remaining"] > 0
+
+
+def test_throughput_rows_are_best_rates_and_paired_ratios():
+    record = {"timing": [{"threads": 1, "tokens_per_step": 100,
+                          "seconds_per_step": {"adamw": [1.0, 2.0, 1.0], "muon": [2.0, 2.0, 3.0]}}]}
+    rows = lm_results.throughput_rows(record)
+    assert [(r["arm"], r["tokens_per_s"]) for r in rows] == [("adamw", 100.0), ("muon", 50.0)]
+    muon = rows[1]
+    assert (muon["ratio"], muon["low"], muon["high"]) == (2.0, 1.0, 3.0)  # per round 2, 1, 3
+    assert lm_results.throughput_rows(None) == []
+
+
+def test_setup_facts_follow_from_the_config_and_the_tokenizer():
+    cfg = PRESETS["cpu"]
+    f = lm_results.setup_facts(cfg)
+    assert f["tokens"] == cfg.steps * cfg.batch_size * cfg.model.context
+    assert f["params"] == sum(p.numel() for p in build_model(cfg).parameters())
+    assert f["uniform_bpb"] == pytest.approx(math.log2(cfg.model.vocab_size) / f["bytes_per_token"])
+    assert 3 < f["bytes_per_token"] < 5 and 0 < f["passes"] < 1
+    assert f["seeds"] == STUDY.seeds and f["head_size"] * f["heads"] == f["width"]
+    assert f["val_years"][0] >= f["years"][0] and f["test_years"][1] <= f["years"][1]
+
+
+def test_setup_facts_refuse_a_vocabulary_the_tokenizer_does_not_have():
+    with pytest.raises(ValueError, match="vocab_size"):
+        lm_results.setup_facts(replace(PRESETS["cpu"], vocab_size=4096))
+
+
+def test_the_tokenizers_record_counts_the_corpus_splits():
+    from stiefel_mini.experiments.lm import data as lm_data
+    from stiefel_mini.experiments.records import load_results
+    from stiefel_mini.resources import results_path
+
+    meta = load_results(results_path(lm_results.TOKENIZER_META))
+    names = lm_data.split_addresses(lm_data.addresses())
+    assert meta["addresses"] == {k: len(v) for k, v in names.items()}
+    assert meta["years"] == {k: [int(v[0][:4]), int(v[-1][:4])] for k, v in names.items()}
+
+
+def test_difference_band_pairs_seeds_and_leaves_out_diverged_runs(payload):
+    adamw = lm_results.seed_runs(payload, "adamw")
+    other = {s: {**r, "history": {"tokens": [0, 100], "val_bpb": [v - 0.5 for v in r["history"]["val_bpb"]]}}
+             for s, r in adamw.items()}
+    band = lm_results.difference_band(other, adamw)
+    assert band["n"] == 3  # seed 3 diverged in the baseline
+    np.testing.assert_allclose(band["median"], [-0.5, -0.5])
+    np.testing.assert_allclose(band["low"], band["high"])
+    assert lm_results.difference_band(lm_results.seed_runs(payload, "stiefel"), {}) is None
+
+
+def _r2(arm, seed, val_bpb, phase="sweep", steps=800, **fields):
+    from stiefel_mini.experiments.lm.round2 import DEFAULTS, USES2
+
+    return {"arm": arm, "seed": seed, "phase": phase, "steps": steps, "val_bpb": val_bpb,
+            **{k: (fields[k] if k in fields else DEFAULTS[k]) if k in USES2[arm] else None
+               for k in ("lr", "warmup_frac", "frame_lr", "max_step", "muon_lr", "per_head")}}
+
+
+def test_round2_sweep_rows_average_each_setting_over_its_seeds_in_plan_order():
+    runs = [_r2("stiefel", 100, 1.6, frame_lr=0.1, max_step=0.3), _r2("adamw", 101, 1.8, lr=2e-3, warmup_frac=0.05),
+            _r2("adamw", 100, 1.6, lr=2e-3, warmup_frac=0.05), _r2("adamw", 100, 1.5, lr=1e-3, warmup_frac=0.25),
+            _r2("adamw", 100, None, lr=4e-3, warmup_frac=0.05), _r2("adamw", 101, 1.9, lr=4e-3, warmup_frac=0.05)]
+    rows = lm_results.round2_sweep_rows({"runs": runs})
+    got = [(r["arm"], tuple(r["setting"].values()), r["val_bpb"], r["n"]) for r in rows]
+    assert got == [("adamw", (1e-3, 0.25), 1.5, 1), ("adamw", (2e-3, 0.05), pytest.approx(1.7), 2),
+                   ("adamw", (4e-3, 0.05), None, 2), ("stiefel", (0.1, 0.3), 1.6, 1)]
+    assert lm_results.round2_sweep_rows(None) == []
+
+
+def test_round2_progress_counts_phases_and_the_work_left():
+    from stiefel_mini.experiments.lm.round2 import ROUND2, budget
+
+    plan = budget(ROUND2, 1.0)
+    empty = lm_results.round2_progress(None)
+    assert empty["finished"] == {} and empty["done"] == 0 and empty["remaining"] == pytest.approx(plan["equivalents"])
+    runs = [_r2("adamw", s, 1.7, lr=1e-3, warmup_frac=0.05) for s in (100, 101)]
+    runs.append(_r2("stiefel", 100, 1.6, phase="check", steps=2400, frame_lr=0.1, max_step=0.3))
+    got = lm_results.round2_progress({"runs": runs})
+    assert got["finished"] == {"sweep": 2, "check": 1} and got["done"] == pytest.approx(5.0)
+    assert got["remaining"] == pytest.approx(plan["equivalents"] - 2)  # the check is not one the plan asks for yet
+    assert got["best"] == {} and got["better"] == {}
