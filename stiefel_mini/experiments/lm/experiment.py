@@ -387,12 +387,17 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         args, base = parsed
         if args.dry_run:
+            from stiefel_mini.experiments.records import load_results
+
             b = budget(ROUND2, args.minutes_per_run)
-            first = plan2(ROUND2, []).ready
+            runs = load_results(args.out)["runs"] if Path(args.out).exists() else []
+            state = plan2(ROUND2, runs)
             print(f"round 2: {b['sweep']} sweep runs, {b['paired']} paired runs, {b['long_equivalents']:g} "
                   f"800-step equivalents of long runs and checks: {b['equivalents']:g} in all, about "
                   f"{b['cpu_hours']:.1f} CPU hours at {args.minutes_per_run:g} min per run, before any grid grows")
-            print(f"ready now: {len(first)} runs, first {first[0]}")
+            print(f"{args.out}: {len(runs)} runs finished; left: {state.remaining:g} 800-step equivalents, about "
+                  f"{state.remaining * args.minutes_per_run / 60:.1f} CPU hours; ready now: {len(state.ready)} runs"
+                  + (f", first {state.ready[0]}" if state.ready else ""))
             return
         try:
             payload = study(base, args.out, workers=args.workers, schedule=schedule(ROUND2))

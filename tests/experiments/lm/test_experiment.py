@@ -110,3 +110,21 @@ def test_a_diverging_run_ends_with_its_step_and_no_loss():
     out = lm_experiment.run(replace(TINY, arm="adamw", lr=1e30, steps=10, eval_every=5))
     assert out["diverged_at"] is not None and out["val_bpb"] is None and out["samples"] == []
     assert lm_experiment.run(replace(TINY, arm="adamw", steps=2, eval_every=1))["diverged_at"] is None
+
+
+def test_the_second_studys_dry_run_reads_its_results_file(tmp_path, capsys):
+    import json
+
+    from stiefel_mini.experiments.lm.round2 import ROUND2, budget, plan2
+
+    out = tmp_path / "round2.json"
+    lm_experiment.main(["round2", "--dry_run", "true", "--out", str(out)])
+    empty = capsys.readouterr().out
+    assert f"{budget(ROUND2, 7.5)['equivalents']:g} in all" in empty and f"{out}: 0 runs finished" in empty
+    first = plan2(ROUND2, []).ready[0]
+    done = [{**first, "seed": seed, "val_bpb": 1.7} for seed in ROUND2.sweep_seeds]
+    out.write_text(json.dumps({"runs": done}))
+    lm_experiment.main(["round2", "--dry_run", "true", "--out", str(out)])
+    state = plan2(ROUND2, done)
+    assert f"{out}: 2 runs finished; left: {state.remaining:g} 800-step equivalents" in capsys.readouterr().out
+    assert not out.with_suffix(".json.tmp").exists() and len(json.loads(out.read_text())["runs"]) == 2  # nothing run
