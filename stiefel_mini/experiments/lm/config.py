@@ -69,7 +69,9 @@ class LMConfig:
     ``steps`` of ``batch_size`` windows of ``context`` tokens; every ``eval_every`` steps the
     validation bits per byte on ``eval_windows`` windows spread over the validation addresses (the
     curve); at the end on every validation and test window. ``samples`` texts of ``sample_tokens``
-    tokens are drawn from the trained model.
+    tokens are drawn from the trained model. ``device``: where it computes (``"cpu"`` or
+    ``"cuda"``); the initial weights and the batches are drawn on the CPU either way, so a seed
+    starts from the same point on both. A study stores it per run, not in its base config.
     """
 
     arm: str = "adamw"
@@ -82,6 +84,7 @@ class LMConfig:
     sample_tokens: int = 48
     threads: int = 1
     progress: bool = True
+    device: str = "cpu"
     model: LMModel = field(default_factory=LMModel)
     optimizer: LMOptimizer = field(default_factory=LMOptimizer)
 

@@ -47,8 +47,8 @@ from stiefel_mini.groups import frame_parameters, qk_parameters
 Setup = Callable[[LMConfig, int], tuple[torch.nn.Module, list[torch.optim.Optimizer]]]
 """``setup(cfg, eot_id) -> (model, optimizers)``: how :func:`run` builds an arm."""
 
-__all__ = ["PROMPTS", "corpus", "bits_per_byte", "sample", "train_step", "run", "study", "write_tokenizer",
-           "parse_args", "main"]
+__all__ = ["PROMPTS", "corpus", "bits_per_byte", "sample", "train_step", "device_for", "device_name", "run", "study",
+           "write_tokenizer", "parse_args", "main"]
 
 PROMPTS = ("Fellow-Citizens of the Senate and House of Representatives:", "The state of our Union is",
            "We must")
@@ -95,9 +95,11 @@ def sample(model: torch.nn.Module, tokenizer, prompt: str, n_tokens: int, gen: t
     ids = tokenizer.encode(prompt).ids
     start, eot = len(ids), tokenizer.token_to_id(EOT)
     for _ in range(n_tokens):
-        logits = model(input_ids=torch.tensor([ids[-context:]])).logits[0, -1] / temperature  # (vocab,)
+        x = torch.tensor([ids[-context:]], device=next(model.parameters()).device)  # (1, T)
+        logits = model(input_ids=x).logits[0, -1] / temperature  # (vocab,)
         top = torch.topk(logits, min(top_k, logits.numel()))
-        nxt = int(top.indices[torch.multinomial(top.values.softmax(-1), 1, generator=gen)])
+        pick = torch.multinomial(top.values.softmax(-1).cpu(), 1, generator=gen)  # gen lives on the CPU
+        nxt = int(top.indices[int(pick)])
         if nxt == eot:
             break
         ids.append(nxt)
@@ -130,9 +132,28 @@ def _qk_vector(qk: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([w.detach().flatten() for w in qk]) if qk else torch.zeros(0)
 
 
+def device_for(name: str) -> torch.device:
+    """``torch.device(name)`` for ``"cpu"`` or ``"cuda[:i]"``, or ``ValueError`` naming what to pass instead."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device {name!r} is not a torch device; pass cpu or cuda") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {name!r}: this experiment runs on cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but torch sees no CUDA GPU here; pass --device cpu")
+    return device
+
+
+def device_name(name: str) -> str:
+    """What a run record says of its device: ``"cpu"``, or the GPU's name (``"cuda: NVIDIA H200"``)."""
+    device = device_for(name)
+    return "cpu" if device.type == "cpu" else f"cuda: {torch.cuda.get_device_name(device)}"
+
+
 def run(cfg: LMConfig, tokenizer_path: str | None = None, setup: Setup | None = None,
         stats_windows: int = 0) -> dict:
-    """Train ``cfg.arm`` on seed ``cfg.seed``; return the run's measurements.
+    """Train ``cfg.arm`` on seed ``cfg.seed`` on ``cfg.device``; return the run's measurements.
 
     ``val_bpb`` and ``test_bpb``: bits per byte on every validation and test window at the end;
     ``history``: per evaluation ``step``, ``tokens``, ``train_bpb`` (the mean over the steps since
@@ -151,8 +172,9 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None, setup: Setup | None = 
     windows (``history`` ``max_logit``, ``min_entropy``; :func:`.attention.attention_stats`).
     """
     set_threads(cfg.threads)
+    device = device_for(cfg.device)
     data = corpus(tokenizer_path)
-    tok, nbytes, ctx = data["tokenizer"], data["bytes"], cfg.model.context
+    tok, nbytes, ctx = data["tokenizer"], data["bytes"].to(device), cfg.model.context
     if tok.get_vocab_size() != cfg.model.vocab_size:
         raise ValueError(f"the tokenizer has {tok.get_vocab_size()} tokens but vocab_size={cfg.model.vocab_size}; "
                          "train one of that size (python -m stiefel_mini.experiments.lm tokenizer --vocab_size N)")
@@ -161,13 +183,14 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None, setup: Setup | None = 
         opts = make_optimizers(model, cfg)
     else:
         model, opts = setup(cfg, tok.token_to_id(EOT))
+    model.to(device)  # in place: the optimizers hold the same parameters, their state is made on first step
     o = cfg.optimizer
     scheds = [torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_factor(s, cfg.steps, o.warmup_frac, o.final_lr_frac)) for opt in opts]
     params = [p for p in model.parameters() if p.requires_grad]
     qk = list(qk_parameters(model))
     gen = generator(cfg.seed, "batches")
-    xv, yv = eval_windows(data["val"].ids, ctx, cfg.eval_windows)
+    xv, yv = (t.to(device) for t in eval_windows(data["val"].ids, ctx, cfg.eval_windows))  # (W, T) each
     keys = ("step", "tokens", "train_bpb", "val_bpb") + (("max_logit", "min_entropy") if stats_windows else ())
     hist: dict[str, list] = {k: [] for k in keys}
     nll_sum, byte_sum, step_sum, train_time, diverged = 0.0, 0, 0.0, 0.0, None
@@ -186,7 +209,7 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None, setup: Setup | None = 
         if step == cfg.steps:
             break
         t0 = time.perf_counter()
-        x, y = random_batch(data["train"].ids, cfg.batch_size, ctx, gen)  # (B, T) each
+        x, y = (t.to(device) for t in random_batch(data["train"].ids, cfg.batch_size, ctx, gen))  # (B, T) each
         before = _qk_vector(qk)
         try:
             loss = train_step(model, opts, x, y, params, o.grad_clip)
@@ -210,8 +233,8 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None, setup: Setup | None = 
                 "tokens_per_s": done * cfg.batch_size * ctx / max(train_time, 1e-9), "train_time_s": train_time,
                 "samples": []}
     return {
-        "val_bpb": bits_per_byte(model, *eval_windows(data["val"].ids, ctx), nbytes),
-        "test_bpb": bits_per_byte(model, *eval_windows(data["test"].ids, ctx), nbytes),
+        "val_bpb": bits_per_byte(model, *(t.to(device) for t in eval_windows(data["val"].ids, ctx)), nbytes),
+        "test_bpb": bits_per_byte(model, *(t.to(device) for t in eval_windows(data["test"].ids, ctx)), nbytes),
         "diverged_at": None,
         "history": hist,
         "qk_step_mean": step_sum / done if qk else None,
@@ -230,7 +253,8 @@ def _run_point(cfg: LMConfig, point: dict, commit: dict) -> dict:
     result = run(replace(cfg, arm=point["arm"], seed=point["seed"], progress=False,
                          **{k: v for k, v in point.items() if k in ("lr", "frame_lr", "muon_lr") and v is not None}))
     return {**point, **result, "started_utc": started, "wall_time_s": time.perf_counter() - t0,
-            "git_commit": commit["git_commit"], "git_dirty": commit["git_dirty"], "cpu": cpu_description()}
+            "git_commit": commit["git_commit"], "git_dirty": commit["git_dirty"], "cpu": cpu_description(),
+            "device": device_name(cfg.device)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,7 +295,9 @@ def study(base: LMConfig, out: str | Path, plan_: LMStudy = STUDY, workers: int 
     schedule = schedule or first_study(plan_, base)
     set_threads(base.threads)
     prov = provenance(base, schedule.seeds, command)
-    base_dict = config_dict(replace(base, arm="*", seed=-1, progress=False))
+    device_for(base.device)
+    # Where a run computes is stored per run, so that one results file can be resumed on another device.
+    base_dict = {k: v for k, v in config_dict(replace(base, arm="*", seed=-1, progress=False)).items() if k != "device"}
     settings = {"base_config": base_dict, "plan": schedule.plan}
     payload = {"experiment": "lm", "provenance": prov, **settings, "runs": []}
     old = resume(out, "base_config", base_dict)

@@ -32,7 +32,7 @@ from stiefel_mini import StiefelMuon, convert_attention, mark_adamw_params
 from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.lm.attention import add_qk_norm
 from stiefel_mini.experiments.lm.config import LMConfig
-from stiefel_mini.experiments.lm.experiment import Schedule, run
+from stiefel_mini.experiments.lm.experiment import Schedule, device_name, run
 from stiefel_mini.experiments.lm.model import gpt2, make_optimizers, parameter_roles
 from stiefel_mini.experiments.lm.round2 import ARMS2, ROUND2, Round2, plan2, point_key
 from stiefel_mini.experiments.records import cpu_description, jsonable, utc_now
@@ -112,7 +112,8 @@ def run_point(cfg: LMConfig, point: dict, commit: dict) -> dict:
     return {**point, **last, "logit_scale": "learned" if point["arm"] in ("stiefel", "stiefel_muon") else None,
             "qk_norm": point["arm"].endswith("_qknorm"), **result, "started_utc": started,
             "wall_time_s": time.perf_counter() - t0, "git_commit": commit["git_commit"],
-            "git_dirty": commit["git_dirty"], "cpu": cpu_description(), "threads": torch.get_num_threads()}
+            "git_dirty": commit["git_dirty"], "cpu": cpu_description(), "threads": torch.get_num_threads(),
+            "device": device_name(cfg.device)}
 
 
 def schedule(study: Round2 = ROUND2) -> Schedule:

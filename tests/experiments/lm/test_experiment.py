@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.lm import data as lm_data
@@ -53,6 +54,26 @@ def test_a_tokenizer_of_another_size_is_refused():
         lm_experiment.run(replace(TINY, vocab_size=512))
 
 
+def test_a_device_it_cannot_use_is_refused_naming_the_fix():
+    with pytest.raises(ValueError, match="pass cpu or cuda"):
+        lm_experiment.device_for("gpu0")
+    with pytest.raises(ValueError, match="runs on cpu or cuda"):
+        lm_experiment.device_for("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="--device cpu"):
+            lm_experiment.run(replace(TINY, device="cuda"))
+    assert lm_experiment.device_name("cpu") == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("arm", ["adamw", "stiefel"])
+def test_a_cuda_run_starts_where_the_cpu_run_starts_and_learns(arm):
+    cpu, gpu = (lm_experiment.run(replace(TINY, arm=arm, device=d)) for d in ("cpu", "cuda"))
+    assert gpu["history"]["val_bpb"][0] == pytest.approx(cpu["history"]["val_bpb"][0], abs=1e-4)
+    assert gpu["val_bpb"] == pytest.approx(cpu["val_bpb"], abs=0.05)
+    assert gpu["history"]["val_bpb"][-1] < gpu["history"]["val_bpb"][0] - 0.1
+
+
 SMALL = LMStudy(sweeps=(ArmSweep("adamw", "lr", (1e-3, 3e-3, 1e-2, 3e-2), extend=0),
                         ArmSweep("stiefel", "frame_lr", (0.01, 0.03, 0.1, 0.3), takes=(("lr", "adamw"),), extend=0)),
                 seeds=(0, 1), preset="tiny")
@@ -91,6 +112,16 @@ def test_a_study_file_of_other_settings_is_refused(tmp_path):
         lm_experiment.study(replace(TINY, steps=3, eval_every=1, samples=0), out, SMALL, 1)
     with pytest.raises(ValueError, match="another plan"):
         lm_experiment.study(replace(TINY, steps=2, eval_every=1, samples=0), out, SMALL, 1)
+
+
+def test_a_study_file_records_the_device_per_run_and_resumes_on_another(tmp_path):
+    out = tmp_path / "study.json"
+    plan_ = LMStudy(sweeps=SMALL.sweeps[:1], seeds=())
+    base = replace(TINY, steps=2, eval_every=1, samples=0)
+    payload = lm_experiment.study(base, out, plan_, 1)
+    assert "device" not in payload["base_config"] and {r["device"] for r in payload["runs"]} == {"cpu"}
+    with pytest.raises(ValueError, match="pass cpu or cuda"):
+        lm_experiment.study(replace(base, device="tpu"), out, plan_, 1)
 
 
 def test_the_study_plan_is_the_declared_one():

@@ -61,3 +61,15 @@ def test_each_arm_runs_and_records_its_settings(arm):
     assert r["logit_scale"] == ("learned" if arm in ("stiefel", "stiefel_muon") else None)
     assert len(r["history"]["max_logit"]) == len(r["history"]["step"]) == 3
     assert r["max_logit"] == r["history"]["max_logit"][-1] and r["min_entropy"] > 0
+    assert r["device"] == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("arm", sorted(ARMS2))
+def test_each_arm_runs_on_cuda_and_says_so(arm):
+    point = _point(arm, per_head=True if "muon" in arm else None, steps=20)
+    cpu, gpu = (run_point(replace(CFG, eval_every=10, samples=1, device=d), point, {"git_commit": "abc", "git_dirty": False})
+                for d in ("cpu", "cuda"))
+    assert gpu["device"].startswith("cuda: ") and cpu["device"] == "cpu"
+    assert gpu["history"]["val_bpb"][0] == pytest.approx(cpu["history"]["val_bpb"][0], abs=1e-4)
+    assert gpu["val_bpb"] == pytest.approx(cpu["val_bpb"], abs=0.05)
