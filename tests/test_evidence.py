@@ -239,7 +239,7 @@ def test_files_that_cannot_be_paired_are_refused(tmp_path):
 
 def test_committed_results_give_every_claim_one_verdict_and_json(tmp_path):
     vs = evidence.verdicts() + evidence.questions()
-    assert [v["key"] for v in vs] == [c.key for c in evidence.CLAIMS + evidence.claims.LM_CLAIMS]
+    assert [v["key"] for v in vs] == [c.key for c in evidence.CLAIMS + evidence.claims.LM_CLAIMS + evidence.claims.LM2_CLAIMS]
     assert all(v["verdict"] and v["sure"] and v["chapter"] for v in vs)
     out = subprocess.run([sys.executable, "-m", "stiefel_mini.evidence", "--json"], capture_output=True, text=True,
                          check=True, cwd=ROOT)
@@ -424,13 +424,17 @@ def test_committed_holm_across_the_claims_runs_over_six():
 def test_the_readers_questions_are_shown_but_stay_out_of_the_papers_family():
     from bs4 import BeautifulSoup
 
-    from stiefel_mini.evidence.claims import CLAIMS, LM_CLAIMS
+    from stiefel_mini.evidence.claims import CLAIMS, LM2_CLAIMS, LM_CLAIMS
 
     qs = evidence.questions()
-    assert [q["key"] for q in qs] == [c.key for c in LM_CLAIMS] == ["lm_gain"]
+    assert [q["key"] for q in qs] == [c.key for c in LM_CLAIMS + LM2_CLAIMS]
+    assert [q["key"] for q in qs][:2] == ["lm_gain", "lm2_stiefel_adam"]
+    tested = evidence.questions(untested=False)
+    assert [q["key"] for q in tested] == [q["key"] for q in qs if q["status"] != "not tested yet"]
+    assert "lm_gain" in [q["key"] for q in tested]
     assert not {c.key for c in CLAIMS} & {q["key"] for q in qs}
     family = {c["key"] for c in evidence.across_claims(evidence.verdicts())["claims"]}
-    assert "lm_gain" not in family
+    assert not family & {q["key"] for q in qs}
     table = BeautifulSoup(evidence.summary_html(evidence.verdicts() + qs), "html.parser")
     row = table.select_one("tr[data-claim='lm_gain']")
     assert row is not None and "Language model" in row.get_text()

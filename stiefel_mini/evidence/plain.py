@@ -137,11 +137,21 @@ def _lm_rows(q: dict) -> dict[tuple[str, str], dict]:
             if r["n"] and not r.get("ratio") and r.get("unit") == "bpb"}
 
 
+_LM2_LEAD = {"lm2_stiefel_adam": "In a second study, against stronger baselines",
+             "lm2_stiefel_muon": "With manifold Muon on the frames (StiefelMuon)",
+             "lm2_long": "Over three times the steps"}
+"""How the intro's bottom line opens each of the second language-model study's questions."""
+
+
 def language_model(q: dict, root: str | Path | None = None) -> str:
-    """The language-model question (:func:`stiefel_mini.evidence.judge.questions`) in one sentence:
-    Muon against AdamW, and the declared comparison, StiefelAdam against AdamW, each from its own row
-    (:func:`~stiefel_mini.evidence.sentences.versus`); the model's size is in the scale note under the
-    intro's table."""
+    """A language-model question (:func:`stiefel_mini.evidence.judge.questions`) in one sentence. The
+    first study's: Muon against AdamW, and the declared comparison, StiefelAdam against AdamW, each
+    from its own row (:func:`~stiefel_mini.evidence.sentences.versus`); the model's size is in the
+    scale note under the intro's table. The second study's: its primary row, after its lead-in
+    (:data:`_LM2_LEAD`); empty until the row has a paired seed."""
+    if q["key"] in _LM2_LEAD:
+        r = q["primary"][0]
+        return f"{_LM2_LEAD[q['key']]}: {row_phrase(r, short=True).split(', a mean gap')[0]}" if r["n"] else ""
     rows = _lm_rows(q)
     task = next(iter(scale([q], root)["tasks"]), None)
     if not rows or task is None:

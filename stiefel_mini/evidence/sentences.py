@@ -18,7 +18,7 @@ import re
 
 from stiefel_mini.evidence.claims import Claim
 from stiefel_mini.evidence.words import (_PREP, _amount, _undecidable, arm_name, gist, holds_zero, judged, regime_of,
-                                         row_phrase)
+                                         row_phrase, side_names)
 
 __all__ = ["flip", "versus", "phrase", "confirmed_word", "fresh_text", "machines_text", "sentence", "FIGURE_NAMES",
            "figure_name"]
@@ -40,7 +40,7 @@ def versus(r: dict, verb: str = "") -> str:
     """A row in a few words with both arms named: ``"Muon 0.162 bits per byte ahead of AdamW on 8 of 8
     seeds"``; unresolved: ``"StiefelAdam against AdamW: no clear difference"`` (:func:`gist`). ``verb``
     follows the first arm's name ("was") in a resolved row."""
-    b, a = arm_name(r["arm"]), arm_name(r["baseline"])
+    b, a = side_names(r)
     g = gist(r)
     if not judged(r)[1]:
         return f"{b} against {a}: {g}"

@@ -33,7 +33,7 @@ from stiefel_mini.evidence.claims import Claim
 from stiefel_mini.experiments.stats import smallest_p
 
 __all__ = ["number_text", "effect_text", "sure_text", "n_text", "needed_text", "family_status", "regime_of",
-           "regime_statuses", "ARM_NAMES", "arm_name", "plain_regime", "gist", "row_phrase", "SHOWN", "own_test",
+           "regime_statuses", "ARM_NAMES", "arm_name", "side_names", "plain_regime", "gist", "row_phrase", "SHOWN", "own_test",
            "judged", "holds_zero", "change_text"]
 
 
@@ -247,6 +247,7 @@ ARM_NAMES = {
     "stiefel_column": "StiefelAdam with a column second moment",
     "stiefel_canonical": "StiefelAdam with the canonical projector",
     "stiefel_noproj": "StiefelAdam without the tangent projection", "stiefel_nocap": "StiefelAdam without the trust cap",
+    "adamw_family": "the better AdamW", "muon_family": "the better Muon",
 }
 """Each arm's name for a reader (an arm not listed is named by its code)."""
 
@@ -261,6 +262,13 @@ _SIDES = {"pp": ("ahead", "behind"), "steps": ("faster", "slower"), "falls": ("f
 def arm_name(code: str) -> str:
     """An arm's name for a reader (:data:`ARM_NAMES`), else its code."""
     return ARM_NAMES.get(code, code)
+
+
+def side_names(r: dict) -> tuple[str, str]:
+    """``(arm, baseline)`` of a row by name, a family side (``"adamw_family"``) named by the arm it
+    stands for once picked (the row's ``picked``): ``("StiefelAdam", "AdamW with QK-norm")``."""
+    picked = r.get("picked") or {}
+    return arm_name(picked.get(r["arm"], r["arm"])), arm_name(picked.get(r["baseline"], r["baseline"]))
 
 
 def plain_regime(text: str) -> str:
@@ -356,7 +364,7 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     and a resolved row's "not the paper's" (for a table that shows the paper's number beside it)."""
     resolved = judged(r)[1] if resolved is None else resolved
     unit = r.get("unit", "")
-    b, a = arm_name(r["arm"]), arm_name(r["baseline"])
+    b, a = side_names(r)
     good, bad = _sides(r)
     centre = r["mean"] if r["mean"] is not None else r["median"]
     lo, hi = r["ci"] if r["ci"] is not None else (centre, centre)

@@ -15,14 +15,14 @@ import numpy as np
 
 from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
 from stiefel_mini.experiments.lm.plan import plan
-from stiefel_mini.experiments.lm.round2 import ROUND2, Round2, plan2
+from stiefel_mini.experiments.lm.round2 import ARMS2, ROUND2, Round2, plan2
 from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
 
 __all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
            "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
-           "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_sweep_rows"]
+           "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_runs", "round2_sweep_rows"]
 
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
@@ -133,13 +133,21 @@ def seed_runs(payload: dict | None, arm: str) -> dict[int, dict]:
     return {r["seed"]: r for r in payload["runs"] if r["phase"] == "seeds" and r["arm"] == arm}
 
 
-def curve_band(runs: dict[int, dict]) -> dict | None:
-    """The validation curves of ``runs`` on one token axis: ``{"tokens", "median", "low", "high"}``
-    (median and range over seeds at each evaluation; runs that diverged left out), ``None`` without runs."""
+def _metric(runs: dict[int, dict], metric: str) -> None:
+    if any(metric not in r["history"] for r in runs.values()):
+        raise ValueError(f"metric {metric!r} is not in these runs' history; they hold "
+                         f"{sorted(next(iter(runs.values()))['history'])}")
+
+
+def curve_band(runs: dict[int, dict], metric: str = "val_bpb") -> dict | None:
+    """The curves of ``metric`` (a key of each run's ``history``: ``val_bpb``, and in round 2
+    ``max_logit``, ``min_entropy``) on one token axis: ``{"tokens", "median", "low", "high"}`` (median
+    and range over seeds at each evaluation; runs that diverged left out), ``None`` without runs."""
     runs = {s: r for s, r in runs.items() if r.get("diverged_at") is None}
     if not runs:
         return None
-    curves = np.array([r["history"]["val_bpb"] for r in runs.values()], dtype=float)  # (seeds, evals)
+    _metric(runs, metric)
+    curves = np.array([r["history"][metric] for r in runs.values()], dtype=float)  # (seeds, evals)
     tokens = next(iter(runs.values()))["history"]["tokens"]
     return {"tokens": np.asarray(tokens), "median": np.median(curves, 0), "low": curves.min(0),
             "high": curves.max(0)}
@@ -199,6 +207,24 @@ def round2_progress(payload: dict | None, study: Round2 = ROUND2) -> dict:
     done = sum(r["steps"] / study.steps for r in runs)
     return {"finished": finished, "done": done, "remaining": state.remaining, "best": state.best,
             "better": state.better}
+
+
+def round2_runs(payload: dict | None, arm: str, phase: str = "paired", study: Round2 = ROUND2) -> dict[int, dict]:
+    """``arm``'s round-2 runs of ``phase``, keyed by seed: ``"paired"`` or ``"long"`` (each run at the
+    settings the plan chose), or ``"sweep"``: the sweep seeds' runs at the arm's best, empty until
+    its grid is complete (:func:`~stiefel_mini.experiments.lm.round2.plan2`)."""
+    if arm not in ARMS2:
+        raise ValueError(f"unknown arm {arm!r}; choose one of {sorted(ARMS2)}")
+    if phase not in ("sweep", "paired", "long"):
+        raise ValueError(f"phase must be sweep, paired or long; got {phase!r}")
+    runs = payload["runs"] if payload else []
+    if phase != "sweep":
+        return {r["seed"]: r for r in runs if r["arm"] == arm and r["phase"] == phase}
+    best = plan2(study, runs).best.get(arm)
+    if best is None:
+        return {}
+    return {r["seed"]: r for r in runs if r["arm"] == arm and r["phase"] == "sweep" and r["steps"] == study.steps
+            and all(r.get(k) == v for k, v in best.items())}
 
 
 def round2_sweep_rows(payload: dict | None, study: Round2 = ROUND2) -> list[dict]:

@@ -143,3 +143,31 @@ def test_round2_progress_counts_phases_and_the_work_left():
     assert got["finished"] == {"sweep": 2, "check": 1} and got["done"] == pytest.approx(5.0)
     assert got["remaining"] == pytest.approx(plan["equivalents"] - 2)  # the check is not one the plan asks for yet
     assert got["best"] == {} and got["better"] == {}
+
+
+def test_round2_runs_are_a_phases_runs_or_the_sweep_at_the_arms_best():
+    grid = [(lr, wu) for lr in (1e-3, 2e-3, 4e-3) for wu in (0.05, 0.25)]
+    score = {(2e-3, 0.25): 1.5}  # the best, inside the lr axis, so the grid does not grow
+    runs = [_r2("adamw", s, score.get(g, 1.8) + s / 1e4, lr=g[0], warmup_frac=g[1]) for g in grid for s in (100, 101)]
+    runs += [_r2("adamw", 3, 1.6, phase="paired", lr=2e-3, warmup_frac=0.25),
+             _r2("stiefel", 3, 1.6, phase="paired"), _r2("adamw", 0, 1.4, phase="long", steps=2400)]
+    swept = lm_results.round2_runs({"runs": runs}, "adamw", "sweep")
+    assert sorted(swept) == [100, 101] and {(r["lr"], r["warmup_frac"]) for r in swept.values()} == {(2e-3, 0.25)}
+    assert list(lm_results.round2_runs({"runs": runs}, "adamw")) == [3]
+    assert list(lm_results.round2_runs({"runs": runs}, "adamw", "long")) == [0]
+    assert lm_results.round2_runs({"runs": runs[:5]}, "adamw", "sweep") == {}  # the grid is not complete
+    assert lm_results.round2_runs(None, "stiefel_muon") == {}
+    with pytest.raises(ValueError, match="unknown arm"):
+        lm_results.round2_runs({"runs": runs}, "frozen")
+    with pytest.raises(ValueError, match="phase must be"):
+        lm_results.round2_runs({"runs": runs}, "adamw", "check")
+
+
+def test_curve_band_reads_any_metric_of_the_history_and_names_the_missing_one(payload):
+    runs = {s: {**r, "history": {**r["history"], "max_logit": [1.0, 10.0 * (s + 1)]}}
+            for s, r in lm_results.seed_runs(payload, "adamw").items()}
+    band = lm_results.curve_band(runs, "max_logit")
+    np.testing.assert_allclose(band["median"], [1.0, 20.0])  # seeds 0-2; seed 3 diverged
+    np.testing.assert_allclose(band["high"], [1.0, 30.0])
+    with pytest.raises(ValueError, match="'min_entropy' is not in"):
+        lm_results.curve_band(runs, "min_entropy")
