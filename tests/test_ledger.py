@@ -45,6 +45,9 @@ def test_run_start_is_a_lower_bound_from_what_the_file_records():
     assert ledger.run_start({"git_commit": "cccc333"}, payload, times) == (None, "unknown")
     assert ledger.run_machine({"git_commit": "aaaa111"}, payload) == "interpreter /opt/py"
     assert ledger.run_machine({"cpu": {"model": "X", "capability": "AVX2"}}, payload) == "X (AVX2)"
+    assert ledger.run_machine({"cpu": {"model": "X", "capability": "AVX2"}, "device": "cpu"}, payload) == "X (AVX2)"
+    gpu = {"cpu": {"model": "X", "capability": "AVX2"}, "device": "cuda: NVIDIA H200"}
+    assert ledger.run_machine(gpu, payload) == "cuda: NVIDIA H200"  # the GPU computed it, not the CPU
 
 
 def _fitted(root: Path, starts: dict[int, str], gain: float = 2.5) -> None:

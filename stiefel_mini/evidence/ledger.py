@@ -118,12 +118,15 @@ def run_machine(run: dict, payload: dict) -> str | None:
     """The machine ``run`` computed on, from what its own run and sweep record, never from the file's
     latest sweep (which may have run elsewhere):
 
+    0. the run's ``device`` when it is a GPU (``"cuda: NVIDIA H200"``), which computed its numbers;
     1. the run's ``cpu``: ``"<cpu model> (<ISA level>)"``;
     2. else the ``cpu`` the sweeps at its commit recorded, if they agree;
     3. else the interpreter of those sweeps, if they agree: the CPU that another sweep of the file with
        the same interpreter recorded, if all such agree, else ``"interpreter <path>"``;
     4. else ``None`` (unknown).
     """
+    if run.get("device", "cpu") != "cpu":
+        return run["device"]
     if run.get("cpu"):
         return _cpu(run["cpu"])
     commit = run.get("git_commit") or ""
