@@ -1,20 +1,23 @@
 """Training tokens per second of each arm of the language-model study, side by side in one run.
 
     python benchmarks/lm_throughput.py                          # one and two threads, the study's model
+    python benchmarks/lm_throughput.py --study 2 --per_head     # the second study's arms
     python benchmarks/lm_throughput.py --rounds 2 --steps 1     # a quick look
 
 Each arm's model and optimizers are those of the study (:mod:`stiefel_mini.experiments.lm.model`,
 preset ``cpu``: a converted GPT-2, 4 layers, width 256, batches of 16 x 128 tokens), built from one
-seed; a step is :func:`stiefel_mini.experiments.lm.experiment.train_step` (forward, backward, clipping, every
+seed; ``--study 2`` times the second study's arms as it builds them
+(:func:`stiefel_mini.experiments.lm.round2_run.setup_for`; ``--per_head``: Muon on Q, K and V per head); a step is :func:`stiefel_mini.experiments.lm.experiment.train_step` (forward, backward, clipping, every
 optimizer's step) on a fixed batch of random tokens (no corpus needed). Rounds are interleaved in
 alternating order at each thread count; a rate is the best round's, a ratio the median over rounds
-of the per-round ratio of step times to ``adamw``'s, with its range. ``--out PATH`` writes the times
-and the provenance.
+of the per-round ratio of step times to ``adamw``'s, with its range. ``--out PATH`` writes the times,
+the provenance and the machine's one-minute load average when it started.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -24,6 +27,8 @@ from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS
 from stiefel_mini.experiments.lm.experiment import train_step
 from stiefel_mini.experiments.lm.model import build_model, make_optimizers
+from stiefel_mini.experiments.lm.round2 import ARMS2
+from stiefel_mini.experiments.lm.round2_run import setup_for
 from stiefel_mini.experiments.records import provenance, save_results
 
 
@@ -36,9 +41,23 @@ def time_steps(state: tuple, x: torch.Tensor, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+STUDIES = {1: list(LM_ARMS), 2: list(ARMS2)}
+"""The arms of each study, the default ``--arms``."""
+
+
+def build(arm: str, cfg, study: int, per_head: bool) -> tuple:
+    """``(model, optimizers)`` of ``arm`` as study ``study`` trains it."""
+    if study == 2:
+        return setup_for({"arm": arm, "per_head": per_head})(cfg, 0)
+    model = build_model(cfg)
+    return model, make_optimizers(model, cfg)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arms", nargs="+", default=list(LM_ARMS), choices=list(LM_ARMS))
+    ap.add_argument("--study", type=int, default=1, choices=sorted(STUDIES), help="whose arms (default: the first's)")
+    ap.add_argument("--arms", nargs="+", default=None, help="a subset of the study's arms (default: all)")
+    ap.add_argument("--per_head", action="store_true", help="study 2: Muon on Q, K and V per head (default: whole)")
     ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="steps per timed round")
@@ -47,6 +66,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batch_size", type=int, default=PRESETS["cpu"].batch_size)
     ap.add_argument("--out", default=None, help="also write the times and their provenance to this JSON file")
     args = ap.parse_args(argv)
+    args.arms = args.arms or STUDIES[args.study]
+    if unknown := [a for a in args.arms if a not in STUDIES[args.study]]:
+        ap.error(f"--arms {unknown}: not arms of study {args.study}; choose from {STUDIES[args.study]}")
+    if args.per_head and args.study != 2:
+        ap.error("--per_head applies to the second study's Muon arms: add --study 2")
     if "adamw" not in args.arms:
         ap.error("--arms must include adamw, the baseline of the ratios")
     base = replace(PRESETS["cpu"], d_model=args.d_model, n_layer=args.n_layer, batch_size=args.batch_size)
@@ -55,7 +79,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokens = base.batch_size * base.model.context
     x = torch.randint(0, base.model.vocab_size, (base.batch_size, base.model.context),
                       generator=torch.Generator().manual_seed(0))  # (B, T)
-    record = {"settings": vars(args), "provenance": provenance(base), "timing": []}
+    # Other work on the machine slows every arm alike within a round, less so its ratios: say how busy it was.
+    record = {"settings": vars(args), "provenance": provenance(base), "load_average": os.getloadavg()[0],
+              "cores": os.cpu_count(), "timing": []}
     print(f"GPT-2, {base.model.n_layer} layers, width {base.model.d_model}, {tokens} tokens a step; tokens per "
           f"second (best of {args.rounds} rounds of {args.steps} steps) and step time / adamw's\n")
     print("| threads | " + " | ".join(args.arms) + " | " + " | ".join(f"{a} / adamw" for a in args.arms[1:]) + " |")
@@ -65,9 +91,8 @@ def main(argv: list[str] | None = None) -> dict:
         states = {}
         for arm in args.arms:
             cfg = replace(base, arm=arm)
-            model = build_model(cfg)
-            states[arm] = (model, make_optimizers(model, cfg), [p for p in model.parameters() if p.requires_grad],
-                           cfg.optimizer.grad_clip)
+            model, opts = build(arm, cfg, args.study, args.per_head)
+            states[arm] = (model, opts, [p for p in model.parameters() if p.requires_grad], cfg.optimizer.grad_clip)
             time_steps(states[arm], x, 1)  # warm-up: first-call allocations, optimizer state
         times: dict[str, list[float]] = {a: [] for a in args.arms}
         for r in range(args.rounds):

@@ -109,6 +109,27 @@ def test_lm_throughput_needs_its_baseline():
         load("lm_throughput").main(["--arms", "stiefel", "muon"])
 
 
+def test_lm_throughput_times_the_second_studys_arms(capsys, tmp_path):
+    bench = load("lm_throughput")
+    out_file = tmp_path / "lm2.json"
+    bench.main(["--study", "2", "--per_head", "--d_model", "32", "--n_layer", "1", "--batch_size", "2",
+                "--rounds", "2", "--steps", "1", "--threads", "1", "--out", str(out_file)])
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 |"))
+    assert len(re.findall(r"\d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\)", row)) == 5, row  # five ratios to adamw
+    record = json.loads(out_file.read_text())
+    assert list(record["timing"][0]["seconds_per_step"]) == [
+        "adamw", "adamw_qknorm", "stiefel", "muon", "muon_qknorm", "stiefel_muon"]
+    assert record["settings"]["per_head"] is True and record["settings"]["study"] == 2
+
+
+@pytest.mark.parametrize("argv, message", [(["--study", "2", "--arms", "adamw", "frozen"], "not arms of study 2"),
+                                           (["--per_head"], "add --study 2")])
+def test_lm_throughput_refuses_arms_of_another_study(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        load("lm_throughput").main(argv)
+    assert message in capsys.readouterr().err
+
+
 def test_muon_step_table_and_results_file(capsys, tmp_path):
     bench = load("muon_step")
     out_file = tmp_path / "muon.json"

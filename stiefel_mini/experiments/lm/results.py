@@ -20,7 +20,7 @@ from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
 
-__all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
+__all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "THROUGHPUT2_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
            "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
            "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_runs", "round2_sweep_rows"]
 
@@ -28,6 +28,8 @@ STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
 THROUGHPUT_FILE = "benchmarks/lm_throughput.json"
 """The language-model benchmark's record under ``results/`` (``benchmarks/lm_throughput.py --out``)."""
+THROUGHPUT2_FILE = "benchmarks/lm2_throughput.json"
+"""The benchmark's record of the second study's arms (``--study 2 --per_head --out``) under ``results/``."""
 ROUND2_FILE = "lm/round2.json"
 """Round 2's results file under ``results/``."""
 TOKENIZER_META = "lm/tokenizer_meta.json"
@@ -94,9 +96,12 @@ def load_round2() -> dict | None:
     return _load(ROUND2_FILE)
 
 
-def load_throughput() -> dict | None:
-    """The benchmark's record (:data:`THROUGHPUT_FILE`), or ``None`` where this copy of the results lacks it."""
-    return _load(THROUGHPUT_FILE)
+def load_throughput(study: int = 1) -> dict | None:
+    """The benchmark's record of study 1 or 2 (:data:`THROUGHPUT_FILE`, :data:`THROUGHPUT2_FILE`), or
+    ``None`` where this copy of the results lacks it."""
+    if study not in (1, 2):
+        raise ValueError(f"study must be 1 or 2, got {study!r}")
+    return _load(THROUGHPUT_FILE if study == 1 else THROUGHPUT2_FILE)
 
 
 def progress_counts(payload: dict | None, study: LMStudy = STUDY) -> dict:
@@ -179,12 +184,11 @@ def throughput_rows(record: dict | None) -> list[dict]:
     out = []
     for entry in record["timing"]:
         times = entry["seconds_per_step"]
-        for arm in LM_ARMS:
-            if arm in times:
-                r = paired_ratio(times[arm], times["adamw"])
-                out.append({"threads": entry["threads"], "arm": arm,
-                            "tokens_per_s": entry["tokens_per_step"] / min(times[arm]),
-                            "ratio": r["median"], "low": r["low"], "high": r["high"]})
+        for arm in times:  # in the benchmark's order
+            r = paired_ratio(times[arm], times["adamw"])
+            out.append({"threads": entry["threads"], "arm": arm,
+                        "tokens_per_s": entry["tokens_per_step"] / min(times[arm]),
+                        "ratio": r["median"], "low": r["low"], "high": r["high"]})
     return out
 
 

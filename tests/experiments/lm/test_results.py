@@ -72,6 +72,11 @@ def test_throughput_rows_are_best_rates_and_paired_ratios():
     muon = rows[1]
     assert (muon["ratio"], muon["low"], muon["high"]) == (2.0, 1.0, 3.0)  # per round 2, 1, 3
     assert lm_results.throughput_rows(None) == []
+    second = {"timing": [{"threads": 1, "tokens_per_step": 100,
+                          "seconds_per_step": {"adamw": [1.0], "stiefel_muon": [4.0], "adamw_qknorm": [1.0]}}]}
+    assert [r["arm"] for r in lm_results.throughput_rows(second)] == ["adamw", "stiefel_muon", "adamw_qknorm"]
+    with pytest.raises(ValueError, match="study must be 1 or 2"):
+        lm_results.load_throughput(3)
 
 
 def test_setup_facts_follow_from_the_config_and_the_tokenizer():
