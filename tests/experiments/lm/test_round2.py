@@ -116,3 +116,14 @@ def test_the_declared_primaries_name_the_family_choice():
                for c in primaries)
     assert set(FAMILY_ARMS.values()) == set(FAMILIES)
     assert set(ROUND2.seeds) == set(range(16)) and set(ROUND2.long_seeds) == set(range(8))
+
+
+def test_the_long_runs_read_the_training_addresses_fewer_than_twice():
+    from stiefel_mini.experiments.config import replace
+    from stiefel_mini.experiments.lm.config import PRESETS
+    from stiefel_mini.experiments.lm.results import setup_facts
+
+    short = setup_facts(PRESETS[ROUND2.preset])
+    long = setup_facts(replace(PRESETS[ROUND2.preset], steps=ROUND2.long_steps))
+    assert short["steps"] == ROUND2.steps
+    assert long["passes"] == pytest.approx(3 * short["passes"]) and 1.0 < long["passes"] < 2.0
