@@ -41,34 +41,46 @@ def _bpb(p: dict) -> float:
     return 1.6 + 0.01 * p["seed"] + OFFSET[p["arm"]]
 
 
+def invented(ready, template: dict, outcome) -> list[dict]:
+    """Every run a scheduler asks for (``ready(runs)``, the points ready given the finished runs), each
+    a copy of ``template`` with the point's fields and ``outcome(point)``'s (a dict of fields)."""
+    runs: list[dict] = []
+    while points := ready(runs):
+        for p in points:
+            r = copy.deepcopy(template)
+            r.update(p, diverged_at=None, samples=[{"prompt": "Fellow citizens", "text": f" of {p['arm']}"}],
+                     **outcome(p, r["history"]))
+            runs.append(r)
+    return runs
+
+
 def complete_runs(template: dict) -> list[dict]:
     """Every run of the study, as the scheduler asks for them, each a copy of ``template`` with the
     invented outcome: final and curve (the template's curve shifted to end there), Q/K step, samples."""
-    runs: list[dict] = []
-    while (state := plan(STUDY, runs)).ready:
-        for p in state.ready:
-            r = copy.deepcopy(template)
-            r.update(p, val_bpb=_bpb(p), test_bpb=_bpb(p) + 0.01, diverged_at=None,
-                     qk_step_mean=0.1 if p["arm"] in ("adamw", "muon") else 0.004 if p["arm"] != "frozen" else 0.0,
-                     samples=[{"prompt": "Fellow citizens", "text": f" of {p['arm']}"}])
-            shift = r["val_bpb"] - template["history"]["val_bpb"][-1]
-            r["history"]["val_bpb"] = [b + shift for b in template["history"]["val_bpb"]]
-            runs.append(r)
-    return runs
+    def outcome(p, h):
+        return {"val_bpb": _bpb(p), "test_bpb": _bpb(p) + 0.01,
+                "qk_step_mean": 0.1 if p["arm"] in ("adamw", "muon") else 0.004 if p["arm"] != "frozen" else 0.0,
+                "history": {**h, "val_bpb": [b + _bpb(p) - h["val_bpb"][-1] for b in h["val_bpb"]]}}
+    return invented(lambda runs: plan(STUDY, runs).ready, template, outcome)
+
+
+def results_with(folder: Path, name: str, complete) -> Path:
+    """A copy of the committed results in ``folder`` whose ``lm/<name>.json`` holds ``complete(template)``'s
+    runs, the template being the file's first AdamW run."""
+    from stiefel_mini.experiments.records import load_results
+
+    out = folder / "results"
+    shutil.copytree(CHECKOUT_RESULTS, out)
+    real = load_results(out / "lm" / f"{name}.json")
+    real["runs"] = complete(next(r for r in real["runs"] if r["arm"] == "adamw"))
+    (out / "lm" / f"{name}.json").write_text(json.dumps(real))
+    return out
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     """A copy of the committed results whose ``lm/study.json`` holds the complete invented study."""
-    from stiefel_mini.experiments.records import load_results
-
-    out = tmp_path_factory.mktemp("lm") / "results"
-    shutil.copytree(CHECKOUT_RESULTS, out)
-    real = load_results(out / "lm" / "study.json")
-    template = next(r for r in real["runs"] if r["arm"] == "adamw")
-    real["runs"] = complete_runs(template)
-    (out / "lm" / "study.json").write_text(json.dumps(real))
-    return out
+    return results_with(tmp_path_factory.mktemp("lm"), "study", complete_runs)
 
 
 def test_the_invented_study_is_complete_with_every_best_inside_its_grid(results):
@@ -179,33 +191,21 @@ def complete_runs2(template: dict) -> list[dict]:
     invented outcome (validation and test bits per byte, the curves, the largest logit and entropy)."""
     from stiefel_mini.experiments.lm.round2 import ROUND2, plan2
 
-    runs: list[dict] = []
-    while (state := plan2(ROUND2, runs)).ready:
-        for p in state.ready:
-            r = copy.deepcopy(template)
-            r.update(p, val_bpb=_bpb2(p), test_bpb=_bpb2(p) + 0.01, diverged_at=None,
-                     samples=[{"prompt": "Fellow citizens", "text": f" of {p['arm']}"}])
-            h, n = r["history"], len(r["history"]["step"])
-            h["tokens"] = [t * p["steps"] / ROUND2.steps for t in h["tokens"]]
-            h["val_bpb"] = [b + r["val_bpb"] - h["val_bpb"][-1] for b in h["val_bpb"]]
-            h["max_logit"] = [1.0 + LOGIT2[p["arm"]] * i / (n - 1) for i in range(n)]
-            h["min_entropy"] = [3.0 - 2.0 * i / (n - 1) * LOGIT2[p["arm"]] / 40 for i in range(n)]
-            r["max_logit"], r["min_entropy"] = h["max_logit"][-1], h["min_entropy"][-1]
-            runs.append(r)
-    return runs
+    def outcome(p, h):
+        n, top = len(h["step"]), LOGIT2[p["arm"]]
+        logit = [1.0 + top * i / (n - 1) for i in range(n)]
+        entropy = [3.0 - 2.0 * i / (n - 1) * top / 40 for i in range(n)]
+        curve = [b + _bpb2(p) - h["val_bpb"][-1] for b in h["val_bpb"]]
+        tokens = [t * p["steps"] / ROUND2.steps for t in h["tokens"]]
+        return {"val_bpb": _bpb2(p), "test_bpb": _bpb2(p) + 0.01, "max_logit": logit[-1], "min_entropy": entropy[-1],
+                "history": {**h, "tokens": tokens, "val_bpb": curve, "max_logit": logit, "min_entropy": entropy}}
+    return invented(lambda runs: plan2(ROUND2, runs).ready, template, outcome)
 
 
 @pytest.fixture(scope="module")
 def results2(tmp_path_factory) -> Path:
     """A copy of the committed results whose ``lm/round2.json`` holds the complete invented round 2."""
-    from stiefel_mini.experiments.records import load_results
-
-    out = tmp_path_factory.mktemp("lm2") / "results"
-    shutil.copytree(CHECKOUT_RESULTS, out)
-    real = load_results(out / "lm" / "round2.json")
-    real["runs"] = complete_runs2(next(r for r in real["runs"] if r["arm"] == "adamw"))
-    (out / "lm" / "round2.json").write_text(json.dumps(real))
-    return out
+    return results_with(tmp_path_factory.mktemp("lm2"), "round2", complete_runs2)
 
 
 def test_round2_gives_each_declared_comparison_its_known_answer(results2):
