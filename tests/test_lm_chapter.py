@@ -228,6 +228,12 @@ def test_round2_gives_each_declared_comparison_its_known_answer(results2):
     assert ("In a second study, against stronger baselines: StiefelAdam ahead of AdamW with QK-norm on 16 of 16 "
             "seeds, by 0.010 bits per byte." in line)
     assert "Over three times the steps: StiefelAdam ahead of AdamW with QK-norm on 8 of 8 seeds" in line
+    rows = plain.advice([got["lm2_stiefel_adam"], got["lm2_stiefel_muon"]], root=results2.parent)
+    assert [r["try"].split(":")[0].split(" on ")[0] for r in rows] == ["StiefelAdam", "StiefelMuon"]
+    assert rows[1]["measured"].startswith("StiefelMuon ahead of Muon on 16 of 16 seeds")
+    unresolved = copy.deepcopy(got["lm2_stiefel_adam"])
+    unresolved["primary"][0]["resolved"] = False
+    assert plain.advice([unresolved])[0]["try"] == "AdamW with QK-norm (StiefelAdam made no clear difference against it)"
 
 
 def test_the_chapter_shows_the_second_study_answer_curves_logits_and_its_like(results2):
@@ -248,3 +254,5 @@ def test_the_chapter_shows_the_second_study_answer_curves_logits_and_its_like(re
     assert ("the GPT-2-small study found manifold Muon on the frames ahead of plain Muon; here: StiefelMuon ahead "
             "of Muon on 16 of 16 seeds" in page)
     assert "Secondary comparisons (" in page and "stiefel − better of adamw / adamw_qknorm" in page
+    assert ("For a small language model, against the better Muon (with or without QK-norm, warm-up and lr tuned): "
+            "**StiefelMuon: manifold Muon on the Q/K frames" in page)  # the summary's advice

@@ -17,7 +17,7 @@ from stiefel_mini.evidence import compare, runs
 from stiefel_mini.evidence.claims import Comparison, claim
 from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.sentences import flip, fresh_text, versus
-from stiefel_mini.evidence.words import arm_name, gist, judged, plain_regime, row_phrase
+from stiefel_mini.evidence.words import arm_name, gist, judged, plain_regime, row_phrase, side_names
 
 __all__ = ["TASKS", "scale", "tally", "language_model", "bottom_line", "advice"]
 
@@ -224,7 +224,8 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
     """Part IV's table: ``[{"situation", "try", "measured", "regime"}]``, each ``measured`` a paired
     row in plain words (:func:`~stiefel_mini.evidence.words.row_phrase`) or a claim's phrase; with the
     language-model question among ``vs`` (:func:`stiefel_mini.evidence.judge.questions`), a row for
-    a language model, what to try decided by Muon's row against AdamW."""
+    a language model, what to try decided by Muon's row against AdamW; with the second study's, a row
+    per Stiefel arm against the better arm of its family, decided by its primary."""
     gain, freeze = _of(vs, "cifar_gain"), _of(vs, "freezing")
     out = []
     if gain and gain["primary"]:
@@ -270,4 +271,18 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
                                           + [f"StiefelAdam against AdamW, the comparison declared for it: "
                                              f"{row_phrase(prim)}"]),
                     "regime": plain_regime(prim["regime"])})
+    for key, family, short, arm in (
+            ("lm2_stiefel_adam", "AdamW", "StiefelAdam", "StiefelAdam on the Q/K frames, AdamW on the rest"),
+            ("lm2_stiefel_muon", "Muon", "StiefelMuon", "StiefelMuon: manifold Muon on the Q/K frames, Muon on the "
+                                                        "other hidden matrices")):
+        v = _of(vs, key)
+        r = v["primary"][0] if v and v["primary"] else None
+        if r and r["n"]:
+            best = side_names(r)[1]
+            resolved = judged(r)[1]
+            out.append({"situation": f"a small language model, against the better {family} (with or without "
+                                     "QK-norm, warm-up and lr tuned)",
+                        "try": arm if resolved and r["wins"] > r["losses"] else
+                               best if resolved else f"{best} ({short} made no clear difference against it)",
+                        "measured": row_phrase(r), "regime": plain_regime(r["regime"])})
     return out
