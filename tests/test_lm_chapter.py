@@ -256,3 +256,21 @@ def test_the_chapter_shows_the_second_study_answer_curves_logits_and_its_like(re
     assert "Secondary comparisons (" in page and "stiefel − better of adamw / adamw_qknorm" in page
     assert ("For a small language model, against the better Muon (with or without QK-norm, warm-up and lr tuned): "
             "**StiefelMuon: manifold Muon on the Q/K frames" in page)  # the summary's advice
+
+
+def test_the_chapter_runs_on_a_second_study_with_one_paired_seed(results2, tmp_path):
+    """The state the real round 2 passes through: sweeps done, one paired seed of some arms, no long run."""
+    partial = tmp_path / "results"
+    shutil.copytree(results2, partial)
+    payload = json.loads((results2 / "lm" / "round2.json").read_text())
+    payload["runs"] = [r for r in payload["runs"] if r["phase"] == "sweep" or
+                       (r["phase"] == "paired" and r["seed"] == 0 and r["arm"] in ("stiefel", "adamw_qknorm"))]
+    (partial / "lm" / "round2.json").write_text(json.dumps(payload))
+    v = evidence.evaluate(claim("lm2_stiefel_adam"), root=tmp_path)
+    assert v["primary"][0]["n"] == 1 and v["sentence"].lower().startswith("too few seeds to decide")
+    assert evidence.evaluate(claim("lm2_long"), root=tmp_path)["status"] == "not tested yet"
+    nb = execute_chapters({"one": ("language_model", partial)}, ROOT / "book", workers=1)["one"]
+    outs = [o for c in nb.cells for o in c.get("outputs", [])]
+    assert not [o for o in outs if o.get("output_type") == "error"]
+    page = " ".join(o.get("data", {}).get("text/markdown", "") for o in outs)
+    assert "(the sweep seeds: the paired seeds have not run for every arm yet)" in page
