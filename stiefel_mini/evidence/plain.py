@@ -19,7 +19,7 @@ from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.sentences import flip, fresh_text, versus
 from stiefel_mini.evidence.words import arm_name, gist, judged, plain_regime, row_phrase, side_names
 
-__all__ = ["TASKS", "scale", "tally", "language_model", "bottom_line", "advice"]
+__all__ = ["TASKS", "scale", "tally", "language_model", "BOTTOM_LINE_QUESTIONS", "bottom_line", "advice"]
 
 TASKS = {"cifar": "CIFAR-10 images", "grokking": "grokking modular addition",
          "language_model": "a language model on State of the Union addresses"}
@@ -166,10 +166,15 @@ def language_model(q: dict, root: str | Path | None = None) -> str:
     return text
 
 
+BOTTOM_LINE_QUESTIONS = ("lm_gain", "lm2_stiefel_adam")
+"""The reader's questions the intro's bottom line answers (StiefelAdam against AdamW, in each study);
+the others have their rows in the intro's table, and the chapter says them all."""
+
+
 def bottom_line(vs: list[dict], root: str | Path | None = None, questions: list[dict] = ()) -> list[str]:
     """The intro's bottom line, as sentences: the scale tried, the result against AdamW (with what
-    fresh seeds said), the language model's answer (:func:`language_model`, from ``questions``) and
-    what it means for a reader. The count of claims that held (:func:`tally`) goes under the table."""
+    fresh seeds said), the language model's answers (:func:`language_model`, for the questions of
+    :data:`BOTTOM_LINE_QUESTIONS` among ``questions``) and what it means for a reader. The count of claims that held (:func:`tally`) goes under the table."""
     sc = scale([*vs, *questions], root)
     cores = " or ".join(f"{c}-core" for c in sc["cores"]) or "an unrecorded"
     widths = sorted({t["width"] for t in sc["tasks"] if t["width"]})
@@ -179,7 +184,7 @@ def bottom_line(vs: list[dict], root: str | Path | None = None, questions: list[
     if against:
         out.append(f"Against AdamW, {arm_name('A1')} was {against}.")
     for q in questions:
-        lm = language_model(q, root) if q["chapter"] == "language_model" else ""
+        lm = language_model(q, root) if q["key"] in BOTTOM_LINE_QUESTIONS else ""
         if lm:
             out.append(lm + ".")
     meaning = _meaning([*vs, *questions])
