@@ -140,7 +140,8 @@ def _lm_rows(q: dict) -> dict[tuple[str, str], dict]:
 _LM2_LEAD = {"lm2_stiefel_adam": "In a second study, against stronger baselines",
              "lm2_stiefel_muon": "With manifold Muon on the frames (StiefelMuon)",
              "lm2_long": "Over three times the steps"}
-"""How the intro's bottom line opens each of the second language-model study's questions."""
+"""How the one-line answer to each of the second language-model study's questions opens (the chapter's,
+and the intro's for those of :data:`BOTTOM_LINE_QUESTIONS`)."""
 
 
 def language_model(q: dict, root: str | Path | None = None) -> str:
@@ -174,7 +175,8 @@ the others have their rows in the intro's table, and the chapter says them all."
 def bottom_line(vs: list[dict], root: str | Path | None = None, questions: list[dict] = ()) -> list[str]:
     """The intro's bottom line, as sentences: the scale tried, the result against AdamW (with what
     fresh seeds said), the language model's answers (:func:`language_model`, for the questions of
-    :data:`BOTTOM_LINE_QUESTIONS` among ``questions``) and what it means for a reader. The count of claims that held (:func:`tally`) goes under the table."""
+    :data:`BOTTOM_LINE_QUESTIONS` among ``questions``) and what it means for a reader. The count of
+    claims that held (:func:`tally`) goes under the table."""
     sc = scale([*vs, *questions], root)
     cores = " or ".join(f"{c}-core" for c in sc["cores"]) or "an unrecorded"
     widths = sorted({t["width"] for t in sc["tasks"] if t["width"]})
