@@ -78,10 +78,15 @@ def polar_or_nan(
     * ``bound`` given (the caller knows ``delta <= bound``, e.g. a capped step from a frame): the
       binomial series of the degree :func:`series_degree` gives for ``bound``; a frame with
       ``delta > bound`` is refused (``ok`` False, its result NaN) instead of being returned wrong.
-    * ``bound=None``: the series (degree for ``delta <= 1/4``) where ``delta <= 1/4``, and the
-      polar factor ``U V^T`` of the SVD ``M = U Sigma V^T`` elsewhere. The Gram route squares the
+    * ``bound=None``: the series (degree for ``delta <= 1/4``) where ``delta <= 1/4``; else, since
+      ``polar(M) = polar(M / c)``, the series on ``M / c`` where that frame is within 1/4 of
+      orthonormal, ``c^2 = tr(M^T M) / p`` (the mean squared singular value); and the polar factor
+      ``U V^T`` of the SVD ``M = U Sigma V^T`` for the frames left. The Gram route squares the
       condition number of M; the SVD does not, so any full-rank M is handled to working
-      precision. Both are computed for every frame and chosen per frame with ``torch.where``.
+      precision. Every route is computed for every frame and chosen per frame with ``torch.where``;
+      the SVD sees a fixed well-separated matrix in place of the frames the series serves, because
+      LAPACK's divide-and-conquer SVD (MKL's ``sgesdd``) can fail to converge, and raise, on
+      singular values clustered as tightly as a near-orthonormal frame's.
       A numerically rank-deficient frame (``s_min <= n u s_max``) is refused.
 
     ``precision``: the dtype whose unit roundoff the series is summed to (default: M's; a frame
@@ -104,16 +109,24 @@ def polar_or_nan(
         # A refused frame is NaN: never a silently wrong frame.
         Z.mul_(torch.where(ok, 1.0, torch.nan).to(M.dtype)[..., None, None])
         return torch.matmul(M, Z, out=out), ok
+    n, p = M.shape[-2:]
     near = delta <= SERIES_BOUND
-    Z = inv_sqrt_series(torch.where(near[..., None, None], E, 0.0), series_degree(SERIES_BOUND, precision or M.dtype))
+    c_sq = _diagonal(E).sum(dim=-1) / p + 1.0  # tr(M^T M) / p: (...)
+    E_c = E / c_sq[..., None, None]
+    _diagonal(E_c).add_((1.0 / c_sq - 1.0)[..., None])  # M^T M / c^2 - I
+    scaled = ~near & (torch.linalg.matrix_norm(E_c) <= SERIES_BOUND)
+    E_series = torch.where(near[..., None, None], E, torch.where(scaled[..., None, None], E_c, 0.0))
+    Z = inv_sqrt_series(E_series, series_degree(SERIES_BOUND, precision or M.dtype))
+    series = (M @ Z) * torch.where(scaled, c_sq.rsqrt(), 1.0)[..., None, None]
     finite = torch.isfinite(M).flatten(-2).all(dim=-1)
-    # The SVD raises on NaN / inf (on the host); such frames are refused below anyway.
-    U, s, Vh = torch.linalg.svd(torch.where(finite[..., None, None], M, 0.0), full_matrices=False)
-    far = U @ Vh
-    smax = s.amax(dim=-1)
-    full_rank = s.amin(dim=-1) > M.shape[-2] * torch.finfo(M.dtype).eps * smax
-    Y = torch.where(near[..., None, None], M @ Z, far)
-    ok = (near | full_rank) & torch.isfinite(delta) & finite
+    # The SVD raises on NaN / inf (on the host) and may on clustered singular values: it sees only
+    # the finite frames the series does not serve, diag(1, ..., p) in place of the others.
+    stand_in = torch.eye(n, p, dtype=M.dtype, device=M.device) * torch.arange(1, p + 1, dtype=M.dtype, device=M.device)
+    by_svd = finite & ~near & ~scaled
+    U, s, Vh = torch.linalg.svd(torch.where(by_svd[..., None, None], M, stand_in), full_matrices=False)
+    full_rank = s.amin(dim=-1) > n * torch.finfo(M.dtype).eps * s.amax(dim=-1)
+    Y = torch.where((near | scaled)[..., None, None], series, U @ Vh)
+    ok = (near | scaled | full_rank) & torch.isfinite(delta) & finite
     return torch.where(ok[..., None, None], Y, torch.nan), ok
 
 

@@ -2,11 +2,16 @@
 
 * the binomial series of ``(I + E)^{-1/2}`` is the truncated series and converges at the degree chosen;
 * the checked polar factor refuses, as NaN, exactly the frames beyond its bound, and agrees with the SVD;
+  a frame whose singular values are clustered (near orthonormal, or a multiple of one) never reaches
+  the SVD, which can fail on it (a stored frame on which MKL's ``sgesdd`` does);
 * the checked retractions return NaN and ``ok`` False where they refuse, and name the known methods.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
@@ -62,6 +67,44 @@ def test_polar_without_a_bound_handles_far_frames_and_refuses_rank_deficient_one
     U, _, Vh = torch.linalg.svd(M[:2], full_matrices=False)
     torch.testing.assert_close(Y[:2], U @ Vh, rtol=0, atol=1e-12)
     assert Y[2].isnan().all()
+
+
+CLUSTERED = Path(__file__).parent / "data" / "clustered_frame.npy"
+"""``W + S`` of one StiefelAdam step in a 256 x 64 float32 study run (singular values in [1, 1.0017]),
+on which MKL's ``sgesdd`` fails to converge at one thread and ``torch.linalg.svd`` raises."""
+
+
+@pytest.mark.parametrize("c", [1.0, 0.5, 2.0])
+def test_polar_without_a_bound_takes_a_clustered_frame_without_the_svd(c):
+    """The stored frame (near orthonormal) and 0.5x and 2x it (far from orthonormal, singular values
+    as clustered): the series serves all three, to float32 precision of the float64 SVD's answer."""
+    M = c * torch.from_numpy(np.load(CLUSTERED))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        Y, ok = polar_or_nan(M)
+    finally:
+        torch.set_num_threads(threads)
+    assert ok.item()
+    U, _, Vh = torch.linalg.svd(M.double(), full_matrices=False)
+    torch.testing.assert_close(Y.double(), U @ Vh, rtol=0, atol=1e-6)
+
+
+def test_polar_without_a_bound_takes_a_multiple_of_a_near_frame_by_the_scaled_series():
+    """polar(c M) = polar(M): a frame 3x a near-orthonormal one is served by the series on M / c,
+    c^2 = tr(M^T M) / p, and agrees with the SVD to float64 precision; a frame the scale does not
+    bring within 1/4 of orthonormal (columns of lengths 1 and 3) still agrees with it, by the SVD."""
+    g = torch.Generator().manual_seed(4)
+    W = random_stiefel(2, 12, 4, generator=g, dtype=torch.float64)
+    M = W + 0.01 * torch.randn(2, 12, 4, generator=g, dtype=torch.float64)
+    M[0] *= 3.0
+    M[1, :, 2:] *= 3.0
+    E = M.mT @ M - torch.eye(4, dtype=torch.float64)
+    assert (torch.linalg.matrix_norm(E) > 0.25).all()  # neither is near orthonormal unscaled
+    Y, ok = polar_or_nan(M)
+    assert ok.all()
+    U, _, Vh = torch.linalg.svd(M, full_matrices=False)
+    torch.testing.assert_close(Y, U @ Vh, rtol=0, atol=1e-13)
 
 
 @pytest.mark.parametrize("method", ["polar", "qr", "cayley", "exp"])
