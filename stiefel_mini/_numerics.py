@@ -68,6 +68,7 @@ def polar_or_nan(
     bound: float | None = None,
     precision: torch.dtype | None = None,
     *,
+    rtol: float | None = None,
     out: Tensor | None = None,
     work: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -87,7 +88,8 @@ def polar_or_nan(
       the SVD sees a fixed well-separated matrix in place of the frames the series serves, because
       LAPACK's divide-and-conquer SVD (MKL's ``sgesdd``) can fail to converge, and raise, on
       singular values clustered as tightly as a near-orthonormal frame's.
-      A numerically rank-deficient frame (``s_min <= n u s_max``) is refused.
+      A numerically rank-deficient frame (``s_min <= rtol s_max``, ``rtol`` by default ``n eps``)
+      is refused.
 
     ``precision``: the dtype whose unit roundoff the series is summed to (default: M's; a frame
     that will be rounded to bf16 needs fewer terms). Each frame's result depends on that frame
@@ -124,7 +126,8 @@ def polar_or_nan(
     stand_in = torch.eye(n, p, dtype=M.dtype, device=M.device) * torch.arange(1, p + 1, dtype=M.dtype, device=M.device)
     by_svd = finite & ~near & ~scaled
     U, s, Vh = torch.linalg.svd(torch.where(by_svd[..., None, None], M, stand_in), full_matrices=False)
-    full_rank = s.amin(dim=-1) > n * torch.finfo(M.dtype).eps * s.amax(dim=-1)
+    rtol = n * torch.finfo(M.dtype).eps if rtol is None else rtol
+    full_rank = s.amin(dim=-1) > rtol * s.amax(dim=-1)
     Y = torch.where((near | scaled)[..., None, None], series, U @ Vh)
     ok = (near | scaled | full_rank) & torch.isfinite(delta) & finite
     return torch.where(ok[..., None, None], Y, torch.nan), ok

@@ -249,6 +249,9 @@ def project(A: Tensor, *, rtol: float | None = None) -> Tensor:
     ``project(A) = argmin_{W in St} ||W - A||_F = A (A^T A)^{-1/2}``.  Raises ``ValueError`` if some
     matrix is (numerically) rank-deficient, because its closest frame is then not unique.
 
+    A matrix is refused when ``s_min <= rtol s_max`` (default ``rtol = max(r, c) eps``). The
+    factor is taken as in :func:`polar_retraction` (the binomial series for a matrix whose singular
+    values are clustered, the SVD otherwise), so an already-orthonormal frame is no hazard to the SVD.
     bf16 / fp16 matrices are handled in float32 and the result cast back.
 
     Shapes: ``(..., r, c)`` -> ``(..., r, c)``, orientation rule as everywhere.
@@ -259,16 +262,17 @@ def project(A: Tensor, *, rtol: float | None = None) -> Tensor:
     if A.numel() == 0:
         raise ValueError(f"project needs non-empty matrices; got shape {tuple(A.shape)}")
     work = torch.promote_types(A.dtype, torch.float32)  # the SVD has no bf16 / fp16 kernels
-    U, s, Vh = torch.linalg.svd(A.to(work), full_matrices=False)
-    if rtol is None:
-        rtol = max(A.shape[-2:]) * torch.finfo(s.dtype).eps
-    smax = s.amax(dim=-1, keepdim=True)
-    if bool((s <= rtol * smax).any()) or bool((smax == 0).any()):
+    tall = A.shape[-2] >= A.shape[-1]
+    M = A.to(work) if tall else A.to(work).mT  # (..., max(r, c), min(r, c))
+    if not bool(torch.isfinite(M).all()):
+        raise ValueError("project needs finite matrices; some entry is NaN or inf")
+    Y, ok = polar_or_nan(M, rtol=rtol)
+    if not bool(ok.all()):
         raise ValueError(
             "project needs full-rank matrices: some matrix has a (numerically) zero singular "
             "value, so its closest frame is not unique; perturb it or start from random_stiefel"
         )
-    return (U @ Vh).to(A.dtype)
+    return (Y if tall else Y.mT.contiguous()).to(A.dtype)
 
 
 def random_stiefel(

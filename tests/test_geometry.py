@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -376,6 +378,30 @@ def test_random_stiefel_rejects_a_vector_shape():
 def test_project_raises_on_rank_deficient_input(A):
     with pytest.raises(ValueError, match="full-rank"):
         geo.project(A)
+
+
+def test_project_rejects_non_finite_input():
+    A = torch.eye(4, 2)
+    A[1, 1] = torch.nan
+    with pytest.raises(ValueError, match="finite"):
+        geo.project(A)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_project_of_a_frame_the_svd_fails_on(wide):
+    """A near-orthonormal 256 x 64 frame on which MKL's SVD raises at one thread (stored from a
+    study run): project returns its polar factor, tall or wide, contiguous as the input."""
+    M = torch.from_numpy(np.load(Path(__file__).parent / "data" / "clustered_frame.npy"))
+    A = M.mT.contiguous() if wide else M
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        W = geo.project(A)
+    finally:
+        torch.set_num_threads(threads)
+    U, _, Vh = torch.linalg.svd(A.double(), full_matrices=False)
+    torch.testing.assert_close(W.double(), U @ Vh, rtol=0, atol=1e-6)
+    assert W.is_contiguous()
 
 
 def test_project_rejects_a_vector():
