@@ -141,9 +141,9 @@ def polar_retraction(W: Tensor, V: Tensor) -> Tensor:
     frame W, ``(W + V)^T (W + V) = I + V^T V``, so only a p x p problem is solved. The Gram
     matrix is formed from ``W + V`` itself rather than assumed to be ``I + V^T V``, so the result
     is orthonormal to working precision even when W has drifted slightly. The inverse square root
-    uses a binomial series summed to working precision near the identity (matrix products only)
-    and the SVD of ``W + V`` otherwise, chosen per frame, so any step, however large, lands on
-    the manifold; a rank-deficient ``W + V`` raises ``ValueError``. Second order:
+    uses a binomial series summed to working precision where ``W + V``, or a multiple of it, is
+    near a frame (matrix products only) and the SVD of ``W + V`` otherwise, chosen per frame, so
+    any step, however large, lands on the manifold; a rank-deficient ``W + V`` raises ``ValueError``. Second order:
     ``R(W, tV) = W + tV + O(t^2)`` with a second-order term normal to the manifold.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
