@@ -143,8 +143,9 @@ def polar_retraction(W: Tensor, V: Tensor) -> Tensor:
     is orthonormal to working precision even when W has drifted slightly. The inverse square root
     uses a binomial series summed to working precision where ``W + V``, or a multiple of it, is
     near a frame (matrix products only) and the SVD of ``W + V`` otherwise, chosen per frame, so
-    any step, however large, lands on the manifold; a rank-deficient ``W + V`` raises ``ValueError``. Second order:
-    ``R(W, tV) = W + tV + O(t^2)`` with a second-order term normal to the manifold.
+    any step, however large, lands on the manifold; a rank-deficient ``W + V`` raises
+    ``ValueError``. Second order: ``R(W, tV) = W + tV + O(t^2)`` with a second-order term normal
+    to the manifold.
 
     Shapes: W, V ``(..., n, p)`` -> ``(..., n, p)``.
     Reference: Absil et al. (2008), example 4.1.3; Absil & Malick (2012), "Projection-like
