@@ -4,7 +4,8 @@
 #
 #   bash scripts/lm_study.sh start [COMMIT]   # worktree ../run-<COMMIT> (default: the commit the
 #                                             # committed results file's runs name, else HEAD)
-#   bash scripts/lm_study.sh status           # runs finished, the log's last line
+#   bash scripts/lm_study.sh status           # runs finished, running or not (and why it stopped), the
+#                                             # log's last line
 #   bash scripts/lm_study.sh collect          # copy the worktree's results file into results/lm/
 #
 # ROUND=2 in the environment works on the second study (results/lm/round2.json, the `round2` command,
@@ -49,6 +50,13 @@ elif [[ "$cmd" == "status" ]]; then
   wt=$(cat "$STATE/worktree" 2>/dev/null || true)
   [[ -n "$wt" && -f "$wt/$FILE" ]] || { echo "no study running from a worktree here"; exit 0; }
   .venv/bin/python -c "import json; r = json.load(open('$wt/$FILE'))['runs']; print(len(r), 'runs finished')"
+  pgid=$(cat "$STATE/pgid" 2>/dev/null || true)
+  if [[ -n "$pgid" ]] && kill -0 -- "-$pgid" 2>/dev/null; then
+    echo "running (process group $pgid)"
+  else
+    # A study that raised leaves its traceback in the log; its last line names the error.
+    echo "NOT running; the log's last error: $(grep -E '^[A-Za-z_.]*(Error|Exception)' "$STATE/log" | tail -1 || echo none)"
+  fi
   tail -c 200 "$STATE/log" | tr '\r' '\n' | tail -1
 elif [[ "$cmd" == "collect" ]]; then
   wt=$(cat "$STATE/worktree")
