@@ -250,7 +250,8 @@ def test_the_chapter_shows_the_second_study_answer_curves_logits_and_its_like(re
             text.append(data.get("text/markdown", "") + BeautifulSoup(data.get("text/html", ""), "html.parser")
                         .get_text(" "))
     page = " ".join(" ".join(text).split())
-    assert "**The second study**, against stronger baselines (test bits per byte): In a second study" in page
+    assert ("**The second study**, against stronger baselines (test bits per byte): StiefelAdam ahead of AdamW with "
+            "QK-norm on 16 of 16 seeds, by 0.010 bits per byte. With manifold Muon on the frames" in page)
     assert "has no paired seed yet" not in page and "No comparison of the second study" not in page
     assert figures >= 4  # the sweeps, both studies' curves, the logits and entropy
     assert "median and range over seeds 0-15 (the paired seeds)" in page
@@ -278,3 +279,16 @@ def test_the_chapter_runs_on_a_second_study_with_one_paired_seed(results2, tmp_p
     assert not [o for o in outs if o.get("output_type") == "error"]
     page = " ".join(o.get("data", {}).get("text/markdown", "") for o in outs)
     assert "(the sweep seeds: the paired seeds have not run for every arm yet)" in page
+    # The real study's better AdamW-family arm may be plain AdamW: the sentence still names it.
+    assert ("(test bits per byte): Too few seeds to decide: StiefelAdam ahead of AdamW with QK-norm on 1 of 1 seeds."
+            in page)
+
+
+def test_the_second_study_sentence_names_plain_adamw_as_its_baseline():
+    """The committed round 2 chose plain AdamW as its AdamW-family arm; a one-line answer still names it."""
+    v = evidence.evaluate(claim("lm2_stiefel_adam"))
+    assert v["primary"][0]["n"] >= 1
+    text = plain.language_model(v)
+    assert re.search(r"^In a second study, against stronger baselines: .*StiefelAdam (ahead of|behind) AdamW on \d+ of "
+                     r"\d+ seeds", text), text
+    assert plain.language_model(v, named=True)[0].isupper()

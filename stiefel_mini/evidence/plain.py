@@ -144,15 +144,22 @@ _LM2_LEAD = {"lm2_stiefel_adam": "In a second study, against stronger baselines"
 and the intro's for those of :data:`BOTTOM_LINE_QUESTIONS`)."""
 
 
-def language_model(q: dict, root: str | Path | None = None) -> str:
+def language_model(q: dict, root: str | Path | None = None, named: bool = False) -> str:
     """A language-model question (:func:`stiefel_mini.evidence.judge.questions`) in one sentence. The
     first study's: Muon against AdamW, and the declared comparison, StiefelAdam against AdamW, each
     from its own row (:func:`~stiefel_mini.evidence.sentences.versus`); the model's size is in the
     scale note under the intro's table. The second study's: its primary row, after its lead-in
-    (:data:`_LM2_LEAD`); empty until the row has a paired seed."""
+    (:data:`_LM2_LEAD`; ``named``: the caller's text names the second study, so the first question's
+    lead-in, which only names it, is left out), the baseline always named; empty until the row has a
+    paired seed."""
     if q["key"] in _LM2_LEAD:
         r = q["primary"][0]
-        return f"{_LM2_LEAD[q['key']]}: {row_phrase(r, short=True).split(', a mean gap')[0]}" if r["n"] else ""
+        if not r["n"]:
+            return ""
+        phrase = row_phrase(r, short=True, baseline=True).split(", a mean gap")[0]
+        if named and q["key"] == "lm2_stiefel_adam":
+            return phrase[0].upper() + phrase[1:]
+        return f"{_LM2_LEAD[q['key']]}: {phrase}"
     rows = _lm_rows(q)
     task = next(iter(scale([q], root)["tasks"]), None)
     if not rows or task is None:

@@ -353,7 +353,8 @@ def change_text(r: dict, more: str, less: str, what: str = "") -> str:
     return f"{more if r['mean'] > 0 else less} ({effect_text(r)})"
 
 
-def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, short: bool = False) -> str:
+def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, short: bool = False,
+               baseline: bool | None = None) -> str:
     """A paired row ``b − a`` in plain words: ``"StiefelAdam slower than AdamW to reach 95% validation on
     12 of 14 seeds, by 457 steps on average"``; unresolved: ``"no clear difference: ..."``, ``"too few
     seeds to decide: ..."`` when no split of its seeds could pass the correction, or ``"no gap like the
@@ -361,7 +362,9 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     word only when its 95% interval excludes zero (else its sign, b − a: "a mean gap of -0.5 points whose
     95% interval holds zero"); a row judged by its own test (:func:`own_test`) ends with its p, "shown, not
     corrected". ``resolved`` defaults to :func:`judged`; ``short`` leaves out the metric, "on average"
-    and a resolved row's "not the paper's" (for a table that shows the paper's number beside it)."""
+    and a resolved row's "not the paper's" (for a table that shows the paper's number beside it).
+    ``baseline`` names the baseline; by default it is named unless ``short`` and it is AdamW (the
+    table's claim names AdamW)."""
     resolved = judged(r)[1] if resolved is None else resolved
     unit = r.get("unit", "")
     b, a = side_names(r)
@@ -371,7 +374,7 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
     # "b ahead of a", or for the change of a gap "(A1 − A0) at 50,000 − at 5,000 images":
     # "b's lead over a narrower at 50,000 than at 5,000 images"
     # short: the table's claim names AdamW as the baseline, and the metric, so they are left out
-    bare = short and a == "AdamW"
+    bare = not baseline if baseline is not None else short and a == "AdamW"
     vs_a = "" if bare else f" over {a}"
     if r["label"].startswith("("):
         high, low = r["label"].split(") ", 1)[1].split(" − ")
