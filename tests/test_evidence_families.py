@@ -40,6 +40,10 @@ def test_a_family_is_its_better_arm_of_the_sweep_seeds(tmp_path, runs):
     # stiefel (1.64) against adamw_qknorm (1.66), both at the centre of their grids, on seeds 0-15
     assert row["n"] == 16 and row["picked"] == {"adamw_family": "adamw_qknorm"}
     assert row["median"] == pytest.approx(-0.02) and row["wins"] == 16
+    assert row["planned"] == 16  # the seeds the comparison declares, whether or not they have run
+    _write(tmp_path, [r for r in runs if r["phase"] == "sweep" or r["seed"] < 6])
+    assert (compute(adam, tmp_path)["n"], compute(adam, tmp_path)["planned"]) == (6, 16)
+    _write(tmp_path, runs)
     assert compute(muon, tmp_path)["median"] == pytest.approx(-0.01)
 
 

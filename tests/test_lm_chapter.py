@@ -280,7 +280,8 @@ def test_the_chapter_runs_on_a_second_study_with_one_paired_seed(results2, tmp_p
     page = " ".join(o.get("data", {}).get("text/markdown", "") for o in outs)
     assert "(the sweep seeds: the paired seeds have not run for every arm yet)" in page
     # The real study's better AdamW-family arm may be plain AdamW: the sentence still names it.
-    assert ("(test bits per byte): Too few seeds to decide: StiefelAdam ahead of AdamW with QK-norm on 1 of 1 seeds."
+    assert ("(test bits per byte): Too few seeds to decide: StiefelAdam ahead of AdamW with QK-norm on 1 of 1 seeds "
+            "(16 planned)."
             in page)
 
 

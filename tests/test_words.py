@@ -109,6 +109,21 @@ def test_pairs_made_on_two_machines_are_said_in_the_sentence():
     assert sentences.sentence(c, verdict(c, r)).endswith("; 3 of its 14 pairs ran on two different machines.")
 
 
+def test_a_row_with_fewer_seeds_than_planned_says_how_many_are_planned():
+    # a reading on the way must not read as the declared comparison's final answer
+    c = claim()
+    r = row(SLOWER[:6])  # 6 seeds of a comparison that plans 16
+    r["planned"] = 16
+    assert "on 6 of 6 seeds (16 planned), by" in sentences.phrase(c, verdict(c, r))
+    assert words.gist(r).endswith("on 6 of 6 seeds (16 planned)")
+    assert words.sure_text(r, 1).endswith("; 6 of its 16 planned seeds so far")
+    few = row(SLOWER[:3])
+    few["planned"] = 16
+    assert "on 3 of 3 seeds (16 planned)" in words.row_phrase(few)
+    r["planned"] = 6  # every planned seed has run: nothing to add
+    assert "planned" not in sentences.phrase(c, verdict(c, r)) + words.gist(r) + words.sure_text(r, 1)
+
+
 @pytest.mark.parametrize("gmean, want", [(48.0, "48x smaller"), (0.25, "4x larger")])
 def test_a_ratio_says_which_steps_are_smaller(gmean, want):
     c = claim("ratio", paper_range=(24.0, 40.0))

@@ -94,7 +94,8 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
 
     Adds ``files`` (those present), ``two_machines`` (the paired seeds whose two runs name different
     machines, :func:`ledger.run_machine`), ``chosen_here`` (an arm's best lr was picked on the
-    seeds it is compared on) and ``picked`` (the arm each family side stands for, :func:`family_arms`).
+    seeds it is compared on), ``picked`` (the arm each family side stands for, :func:`family_arms`) and
+    ``planned`` (how many seeds the comparison declares, ``comp.seeds``; 0 when it takes every seed).
     ``seeds`` restricts the pairing to those seeds; ``keep`` to the runs it accepts (the confirmation
     of a primary: :func:`confirming`).
     """
@@ -128,7 +129,8 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
     two = [] if comp.of_gap is not None else sorted(
         s for s in row["seeds"] if a[s]["_machine"] and b[s]["_machine"] and a[s]["_machine"] != b[s]["_machine"])
     row.update(files=present, declared_files=list(comp.files), ratio=comp.ratio, arm=comp.b, baseline=comp.a,
-               two_machines=two, chosen_here=bool(comp.at_best), picked=picked)
+               two_machines=two, chosen_here=bool(comp.at_best), picked=picked,
+               planned=len(comp.seeds))
     return row
 
 

@@ -85,10 +85,23 @@ def sure_text(row: dict, family: int) -> str:
 
 
 def _flags(row: dict) -> str:
-    """What a row's reader must know of its runs: an lr picked on its own seeds, pairs across machines."""
+    """What a row's reader must know of its runs: an lr picked on its own seeds, pairs across machines,
+    fewer seeds than its comparison plans."""
     out = "; the best lr picked on these same seeds" if row.get("chosen_here") else ""
     two = row.get("two_machines") or []
-    return out + (f"; {len(two)} of {row['n']} pairs made on two machines" if two else "")
+    out += f"; {len(two)} of {row['n']} pairs made on two machines" if two else ""
+    return out + (f"; {row['n']} of its {row['planned']} planned seeds so far" if _unfinished(row) else "")
+
+
+def _unfinished(row: dict) -> bool:
+    """Whether ``row`` pairs fewer seeds than its comparison declares (``planned``, from
+    :func:`stiefel_mini.evidence.measure.compute`): a reading on the way, not the planned one."""
+    return 0 < row["n"] < row.get("planned", 0)
+
+
+def _of_seeds(row: dict, k: int) -> str:
+    """``"6 of 6 seeds"``, and ``" (16 planned)"`` after it while the row has fewer seeds than planned."""
+    return f"{k} of {row['n']} seeds" + (f" ({row['planned']} planned)" if _unfinished(row) else "")
 
 
 def n_text(row: dict) -> str:
@@ -393,17 +406,17 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
         f", a mean gap of {_signed(r['mean'], unit)}{of} whose 95% interval holds zero"
     size = "" if centre is None or math.isinf(centre) else gap if holds_zero(r) else (
         f", by {_amount(centre, unit)}{of}{avg}" if r["mean"] is not None else f", by a median {_amount(centre, unit)}")
-    w, l, n = r["wins"], r["losses"], r["n"]
+    w, l = r["wins"], r["losses"]
     if not resolved:
         outside = pv is not None and lo is not None and not lo <= pv <= hi
         head = (f"no gap like the paper's {_paper_amount(pv, unit)} {_UNITS.get(unit, ('', unit))[1]}" if outside
                 else _UNDECIDABLE if _undecidable(r) else "no clear difference")
-        sides = (f"{who(good)}{to} on {w} and {bad} on {l} of {n} seeds" if w == l else
-                 f"{who(good if w > l else bad)}{to} on {max(w, l)} of {n} seeds")
+        sides = (f"{who(good)}{to} on {w} and {bad} on {_of_seeds(r, l)}" if w == l else
+                 f"{who(good if w > l else bad)}{to} on {_of_seeds(r, max(w, l))}")
         mean = gap if holds_zero(r) else "" if r["mean"] is None or r["mean"] == 0 else \
             f", {_amount(r['mean'], unit)}{of} {word(r['mean'])}{avg}"
         return f"{head}: {sides}{mean}{_shown(r)}"
-    text = who(good if w > l else bad) + f"{to} on {max(w, l)} of {n} seeds{size}"
+    text = who(good if w > l else bad) + f"{to} on {_of_seeds(r, max(w, l))}{size}"
     if pv is not None and not lo <= pv <= hi and not short:
         text += f", not the paper's {_paper_amount(pv, unit)}"
     return text + _shown(r)
@@ -426,4 +439,4 @@ def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
     to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith("steps to ") else ""
     side = good if (r["wins"] > r["losses"]) else bad
     size = "" if centre is None or math.isinf(centre) or holds_zero(r) else f"{_amount(centre, unit)} "
-    return f"{size}{side}{to}" + (f" on {max(r['wins'], r['losses'])} of {r['n']} seeds" if seeds else "")
+    return f"{size}{side}{to}" + (f" on {_of_seeds(r, max(r['wins'], r['losses']))}" if seeds else "")
