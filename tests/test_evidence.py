@@ -438,6 +438,9 @@ def test_the_readers_questions_are_shown_but_stay_out_of_the_papers_family():
     table = BeautifulSoup(evidence.summary_html(evidence.verdicts() + qs), "html.parser")
     row = table.select_one("tr[data-claim='lm_gain']")
     assert row is not None and "Language model" in row.get_text()
+    for q in evidence.questions(untested=False):  # every question's row a few words long, like the claims'
+        link = table.select_one(f"tr[data-claim='{q['key']}'] td[data-label='claim'] a")
+        assert link is not None and len(link.get_text().split()) <= 5, link
 
 
 def test_the_intro_answer_names_the_language_model_and_muon_from_their_rows():

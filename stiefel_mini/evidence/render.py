@@ -75,7 +75,8 @@ SHORT_TITLES = {
     "optimizer": "Update rule", "cifar_gain": "CIFAR-10 gain", "cifar_widens": "Gain vs data",
     "grokking_endpoint": "Grokking endpoint", "grokking_sooner": "Groks sooner", "weight_decay": "Weight decay",
     "step_ratio": "Q/K step size", "freezing": "Freezing cost", "mechanism": "Why it gains",
-    "lm_gain": "Language model",
+    "lm_gain": "Language model", "lm2_stiefel_adam": "Language model, better AdamW",
+    "lm2_stiefel_muon": "Language model, manifold Muon", "lm2_long": "Language model, 3x the steps",
 }
 """The intro's table names each claim in a few words, its full title on hover (a claim not listed: its
 :func:`title`)."""
