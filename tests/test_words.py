@@ -124,6 +124,20 @@ def test_a_row_with_fewer_seeds_than_planned_says_how_many_are_planned():
     assert "planned" not in sentences.phrase(c, verdict(c, r)) + words.gist(r) + words.sure_text(r, 1)
 
 
+def test_the_intros_summary_of_the_adamw_claims_says_how_many_seeds_are_planned():
+    from stiefel_mini.evidence import plain
+
+    r = row([2.0, 3.0, 2.5, 1.5, 2.2, 2.8], arm="A1", baseline="A0", label="A1 − A0, test accuracy", unit="pp",
+            higher_is_better=True)
+    fresh = row([-1.0, 0.5, -0.5, 0.2], arm="A1", baseline="A0", label="A1 − A0, test accuracy", unit="pp",
+                higher_is_better=True)
+    v = {"key": "cifar_gain", "chapter": "cifar", "primary": [r], "status": "smaller effect",
+         "confirmation": {"status": "not confirmed", "rows": [fresh], "text": ""}, "confirmed": "not confirmed"}
+    assert r["resolved"] and "on 6 of 6 seeds (4 fresh seeds did not confirm it)" in plain._against_adamw([v])
+    r["planned"] = 12  # a reading on the way says the seeds its comparison declares
+    assert "on 6 of 6 seeds (12 planned) (4 fresh seeds" in plain._against_adamw([v])
+
+
 @pytest.mark.parametrize("gmean, want", [(48.0, "48x smaller"), (0.25, "4x larger")])
 def test_a_ratio_says_which_steps_are_smaller(gmean, want):
     c = claim("ratio", paper_range=(24.0, 40.0))

@@ -17,7 +17,7 @@ from stiefel_mini.evidence import compare, runs
 from stiefel_mini.evidence.claims import Comparison, claim
 from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.sentences import flip, fresh_text, versus
-from stiefel_mini.evidence.words import arm_name, gist, judged, plain_regime, row_phrase, side_names
+from stiefel_mini.evidence.words import arm_name, gist, judged, of_seeds, plain_regime, row_phrase, side_names
 
 __all__ = ["TASKS", "scale", "tally", "language_model", "BOTTOM_LINE_QUESTIONS", "bottom_line", "advice"]
 
@@ -118,7 +118,7 @@ def _against_adamw(vs: list[dict]) -> str:
             text = text.replace(" points ", f" points of {what} ", 1)
             fresh = fresh_text(v)
             if v.get("confirmed") not in ("", "confirmed", None):
-                text += f" on {max(r['wins'], r['losses'])} of {r['n']} seeds ({fresh})"
+                text += f" on {of_seeds(r, max(r['wins'], r['losses']))} ({fresh})"
             done.setdefault(v["chapter"], []).append(text)
         else:
             open_.setdefault(v["chapter"], []).append(f"{text} in {what}")

@@ -99,7 +99,7 @@ def _unfinished(row: dict) -> bool:
     return 0 < row["n"] < row.get("planned", 0)
 
 
-def _of_seeds(row: dict, k: int) -> str:
+def of_seeds(row: dict, k: int) -> str:
     """``"6 of 6 seeds"``, and ``" (16 planned)"`` after it while the row has fewer seeds than planned."""
     return f"{k} of {row['n']} seeds" + (f" ({row['planned']} planned)" if _unfinished(row) else "")
 
@@ -411,12 +411,12 @@ def row_phrase(r: dict, resolved: bool | None = None, pv: float | None = None, s
         outside = pv is not None and lo is not None and not lo <= pv <= hi
         head = (f"no gap like the paper's {_paper_amount(pv, unit)} {_UNITS.get(unit, ('', unit))[1]}" if outside
                 else _UNDECIDABLE if _undecidable(r) else "no clear difference")
-        sides = (f"{who(good)}{to} on {w} and {bad} on {_of_seeds(r, l)}" if w == l else
-                 f"{who(good if w > l else bad)}{to} on {_of_seeds(r, max(w, l))}")
+        sides = (f"{who(good)}{to} on {w} and {bad} on {of_seeds(r, l)}" if w == l else
+                 f"{who(good if w > l else bad)}{to} on {of_seeds(r, max(w, l))}")
         mean = gap if holds_zero(r) else "" if r["mean"] is None or r["mean"] == 0 else \
             f", {_amount(r['mean'], unit)}{of} {word(r['mean'])}{avg}"
         return f"{head}: {sides}{mean}{_shown(r)}"
-    text = who(good if w > l else bad) + f"{to} on {_of_seeds(r, max(w, l))}{size}"
+    text = who(good if w > l else bad) + f"{to} on {of_seeds(r, max(w, l))}{size}"
     if pv is not None and not lo <= pv <= hi and not short:
         text += f", not the paper's {_paper_amount(pv, unit)}"
     return text + _shown(r)
@@ -439,4 +439,4 @@ def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
     to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith("steps to ") else ""
     side = good if (r["wins"] > r["losses"]) else bad
     size = "" if centre is None or math.isinf(centre) or holds_zero(r) else f"{_amount(centre, unit)} "
-    return f"{size}{side}{to}" + (f" on {_of_seeds(r, max(r['wins'], r['losses']))}" if seeds else "")
+    return f"{size}{side}{to}" + (f" on {of_seeds(r, max(r['wins'], r['losses']))}" if seeds else "")
