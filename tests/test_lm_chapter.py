@@ -285,6 +285,24 @@ def test_the_chapter_runs_on_a_second_study_with_one_paired_seed(results2, tmp_p
             in page)
 
 
+def test_the_chapter_runs_on_a_second_study_whose_long_phase_has_begun(results2, tmp_path):
+    """The state after the paired phase: the long phase's lr checks done, one long seed of each arm."""
+    partial = tmp_path / "results"
+    shutil.copytree(results2, partial)
+    payload = json.loads((results2 / "lm" / "round2.json").read_text())
+    payload["runs"] = [r for r in payload["runs"] if r["phase"] != "long" or r["seed"] == 0]
+    assert {r["arm"] for r in payload["runs"] if r["phase"] == "long"} == {"stiefel", "adamw_qknorm"}
+    (partial / "lm" / "round2.json").write_text(json.dumps(payload))
+    v = evidence.evaluate(claim("lm2_long"), root=tmp_path)
+    assert v["primary"][0]["n"] == 1 and v["primary"][0]["planned"] == 8
+    assert "StiefelAdam ahead of AdamW with QK-norm on 1 of 1 seeds (8 planned)" in plain.language_model(v)
+    nb = execute_chapters({"long": ("language_model", partial)}, ROOT / "book", workers=1)["long"]
+    outs = [o for c in nb.cells for o in c.get("outputs", [])]
+    assert not [o for o in outs if o.get("output_type") == "error"]
+    page = " ".join(o.get("data", {}).get("text/markdown", "") for o in outs)
+    assert "on 16 of 16 seeds" in page and "on 1 of 1 seeds (8 planned)" in page
+
+
 def test_the_second_study_sentence_names_plain_adamw_as_its_baseline():
     """The committed round 2 chose plain AdamW as its AdamW-family arm; a one-line answer still names it."""
     v = evidence.evaluate(claim("lm2_stiefel_adam"))
