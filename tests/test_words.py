@@ -135,7 +135,7 @@ def test_the_intros_summary_of_the_adamw_claims_says_how_many_seeds_are_planned(
          "confirmation": {"status": "not confirmed", "rows": [fresh], "text": ""}, "confirmed": "not confirmed"}
     assert r["resolved"] and "on 6 of 6 seeds (4 fresh seeds did not confirm it)" in plain._against_adamw([v])
     r["planned"] = 12  # a reading on the way says the seeds its comparison declares
-    assert "on 6 of 6 seeds (12 planned) (4 fresh seeds" in plain._against_adamw([v])
+    assert "on 6 of 6 seeds (12 planned; 4 fresh seeds did not confirm it)" in plain._against_adamw([v])
 
 
 @pytest.mark.parametrize("gmean, want", [(48.0, "48x smaller"), (0.25, "4x larger")])

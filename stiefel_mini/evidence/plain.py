@@ -118,7 +118,7 @@ def _against_adamw(vs: list[dict]) -> str:
             text = text.replace(" points ", f" points of {what} ", 1)
             fresh = fresh_text(v)
             if v.get("confirmed") not in ("", "confirmed", None):
-                text += f" on {of_seeds(r, max(r['wins'], r['losses']))} ({fresh})"
+                text += f" on {of_seeds(r, max(r['wins'], r['losses']), fresh)}"
             done.setdefault(v["chapter"], []).append(text)
         else:
             open_.setdefault(v["chapter"], []).append(f"{text} in {what}")

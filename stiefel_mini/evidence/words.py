@@ -99,9 +99,11 @@ def _unfinished(row: dict) -> bool:
     return 0 < row["n"] < row.get("planned", 0)
 
 
-def of_seeds(row: dict, k: int) -> str:
-    """``"6 of 6 seeds"``, and ``" (16 planned)"`` after it while the row has fewer seeds than planned."""
-    return f"{k} of {row['n']} seeds" + (f" ({row['planned']} planned)" if _unfinished(row) else "")
+def of_seeds(row: dict, k: int, aside: str = "") -> str:
+    """``"6 of 6 seeds"``, ``" (16 planned)"`` after it while the row has fewer seeds than planned, and
+    ``aside`` in the same brackets: ``"6 of 6 seeds (16 planned; 4 fresh seeds did not confirm it)"``."""
+    notes = ([f"{row['planned']} planned"] if _unfinished(row) else []) + ([aside] if aside else [])
+    return f"{k} of {row['n']} seeds" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def n_text(row: dict) -> str:
