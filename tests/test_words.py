@@ -97,6 +97,12 @@ def test_fresh_seeds_that_do_not_hold_make_the_headline_not_confirmed():
     assert sentences.confirmed_word(v) == "not re-run"
     v["confirmation"] = {"status": "confirmed", "rows": [fresh], "text": "..."}
     assert sentences.confirmed_word(v) == "confirmed" and sentences.sentence(c, v).endswith("; confirmed on 6 fresh seeds.")
+    # A comparison declared before any of its runs: its fresh seeds are its own, not a second test.
+    own = row(SLOWER)
+    v = verdict(c, own, {"status": "confirmed", "rows": [own], "text": "..."})
+    assert sentences.sentence(c, v).endswith("; every seed ran after the comparison was declared.")
+    v["confirmation"]["rows"] = [{**own, "n": 4, "seeds": own["seeds"][-4:]}]
+    assert sentences.sentence(c, v).endswith("; confirmed on 4 fresh seeds.")
     open_ = verdict(c, row([1.0, -1.0, 2.0]))
     open_["confirmation"] = {"status": "pending", "rows": [], "text": ""}
     assert sentences.confirmed_word(open_) == ""  # nothing resolved, nothing to confirm
