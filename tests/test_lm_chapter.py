@@ -199,6 +199,7 @@ def complete_runs2(template: dict) -> list[dict]:
         curve = [b + _bpb2(p) - h["val_bpb"][-1] for b in h["val_bpb"]]
         tokens = [t * p["steps"] / ROUND2.steps for t in h["tokens"]]
         return {"val_bpb": _bpb2(p), "test_bpb": _bpb2(p) + 0.01, "max_logit": logit[-1], "min_entropy": entropy[-1],
+                "logit_scale": "learned" if p["arm"] in ("stiefel", "stiefel_muon") else None,
                 "history": {**h, "tokens": tokens, "val_bpb": curve, "max_logit": logit, "min_entropy": entropy}}
     return invented(lambda runs: plan2(ROUND2, runs).ready, template, outcome)
 
@@ -255,6 +256,16 @@ def test_the_chapter_shows_the_second_study_answer_curves_logits_and_its_like(re
     assert "has no paired seed yet" not in page and "No comparison of the second study" not in page
     assert figures >= 4  # the sweeps, both studies' curves, the logits and entropy
     assert "median and range over seeds 0-15 (the paired seeds)" in page
+    # The invented curves: StiefelAdam's logit 1 -> 13 and entropy 3 -> 2.4, QK-norm's 1 -> 9 and 2.6, StiefelMuon's
+    # 1 -> 11 and 2.5; uniform attention over 128 positions has 3.909 nats.
+    assert ("StiefelAdam's attention sharpened more than AdamW with QK-norm's: at the end its most peaked head was "
+            "1.51 nats below *uniform* attention" in page)
+    assert "and AdamW with QK-norm's 1.31 nats below (StiefelMuon's 1.41)" in page
+    assert re.search(r"at lr 0\.002 over this schedule the scale can grow at most 5\.6-fold, while AdamW with "
+                     r"QK-norm's largest logit grew 9\.0-fold\. StiefelAdam's grew 13\.0-fold \(median over its 16 "
+                     r"seeds\), StiefelMuon's 11\.0-fold", page)
+    assert ("In the second study StiefelAdam's attention ended 1.51 nats below uniform, AdamW with QK-norm's 1.31: its "
+            "logit scale, trained at AdamW's lr, could grow at most 5.6-fold in a run." in page)  # the summary
     assert ("the GPT-2-small study found manifold Muon on the frames ahead of plain Muon; here: StiefelMuon ahead "
             "of Muon on 16 of 16 seeds" in page)
     assert "Secondary comparisons (" in page and "stiefel − better of adamw / adamw_qknorm" in page

@@ -4,7 +4,8 @@
 RMS-normalises every head's query and key over the head dimension, with a learned gain per head
 dimension (as OLMo 2 and Gemma 3 do), so the model's own attention code runs on unchanged.
 :func:`attention_stats` reads each block's projected queries and keys on an evaluation batch and
-returns the largest pre-softmax logit and the lowest mean attention entropy over layers and heads.
+returns the largest pre-softmax logit and the lowest mean attention entropy over layers and heads;
+:func:`uniform_entropy` is that entropy when attention does not prefer any position.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-__all__ = ["QKNorm", "add_qk_norm", "attention_stats"]
+__all__ = ["QKNorm", "add_qk_norm", "attention_stats", "uniform_entropy"]
 
 
 class QKNorm(nn.Module):
@@ -87,3 +88,16 @@ def attention_stats(model: nn.Module, x: Tensor) -> dict[str, float]:
         ent = -(logp.exp() * logp.masked_fill(~causal, 0.0)).sum(-1)  # (B, H, T)
         min_entropy = min(min_entropy, ent[..., 1:].mean(dim=(0, 2)).min().item())
     return {"max_logit": max_logit, "min_entropy": min_entropy}
+
+
+def uniform_entropy(context: int) -> float:
+    r"""The ``min_entropy`` of :func:`attention_stats` for attention spread evenly over the positions
+    each query may see: ``(1 / (T - 1)) sum_{i=2}^{T} ln i`` nats, ``T = context``.
+
+    Query ``i`` (from 1) sees ``i`` positions, and ``ln i`` is the largest entropy a distribution over
+    them can have; the mean leaves out the first query, which sees one position, as
+    :func:`attention_stats` does. So no head of a model with windows of ``T`` tokens reads above it.
+    """
+    if context < 2:
+        raise ValueError(f"context must be at least 2 (the first query is left out of the mean); got {context}")
+    return math.lgamma(context + 1) / (context - 1)

@@ -25,7 +25,8 @@ from stiefel_mini.experiments.reference_optimizers import Muon
 from stiefel_mini.experiments.runtime import stream_seed
 from stiefel_mini.groups import frame_parameters, qk_parameters
 
-__all__ = ["FRAME_ARMS", "build_model", "gpt2", "parameter_roles", "make_optimizers", "lr_factor"]
+__all__ = ["FRAME_ARMS", "build_model", "gpt2", "parameter_roles", "make_optimizers", "lr_factor",
+           "scale_growth_bound"]
 
 FRAME_ARMS = ("stiefel", "frozen", "muon_stiefel")
 """The arms whose Q/K are Stiefel frames."""
@@ -139,3 +140,19 @@ def lr_factor(step: int, steps: int, warmup_frac: float, final_frac: float) -> f
         return (step + 1) / w
     u = min(1.0, (step - w) / max(1, steps - w))
     return final_frac + (1 - final_frac) * 0.5 * (1 + math.cos(math.pi * u))
+
+
+def scale_growth_bound(steps: int, lr: float, warmup_frac: float, final_frac: float, n_scales: int = 2) -> float:
+    r"""How many times over a product of ``n = n_scales`` Adam-trained scales ``e^{a_k}`` can grow in one run.
+
+    An Adam step moves a parameter by at most about its lr when ``1 - beta_1 <= sqrt(1 - beta_2)``
+    (Kingma & Ba 2015, Sec. 2.1), and the schedule scales the peak ``lr`` by ``f_t`` (:func:`lr_factor`), so
+
+    .. math::  \prod_k e^{a_k(T)} / \prod_k e^{a_k(0)} \le \exp\Big(n\, \mathrm{lr} \sum_{t<T} f_t\Big),
+
+    reached when every step pushes every ``a_k`` up with the same gradient. A frame's learned logit
+    scale is such a product, of its query's and its key's (``n_scales = 2``).
+    """
+    if steps < 1 or lr < 0 or n_scales < 1:
+        raise ValueError(f"need steps >= 1, lr >= 0 and n_scales >= 1; got {steps}, {lr}, {n_scales}")
+    return math.exp(n_scales * lr * sum(lr_factor(t, steps, warmup_frac, final_frac) for t in range(steps)))

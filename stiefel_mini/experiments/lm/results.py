@@ -13,7 +13,9 @@ import math
 
 import numpy as np
 
+from stiefel_mini.experiments.lm.attention import uniform_entropy
 from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
+from stiefel_mini.experiments.lm.model import scale_growth_bound
 from stiefel_mini.experiments.lm.plan import plan
 from stiefel_mini.experiments.lm.round2 import ARMS2, ROUND2, Round2, plan2
 from stiefel_mini.experiments.records import load_results
@@ -22,7 +24,8 @@ from stiefel_mini.resources import results_path
 
 __all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "THROUGHPUT2_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
            "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
-           "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_runs", "round2_sweep_rows"]
+           "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_runs", "round2_sweep_rows",
+           "round2_temperature"]
 
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
@@ -246,3 +249,26 @@ def round2_sweep_rows(payload: dict | None, study: Round2 = ROUND2) -> list[dict
     out = [{"arm": a, "setting": dict(s), "val_bpb": None if None in v else float(np.mean(v)), "n": len(v)}
            for (a, s), v in rows.items()]
     return sorted(out, key=lambda row: (order.index(row["arm"]), tuple(row["setting"].values())))
+
+
+def round2_temperature(payload: dict | None, arm: str, phase: str = "paired", study: Round2 = ROUND2) -> dict | None:
+    """How far ``arm``'s attention sharpened in its round-2 runs of ``phase`` (:func:`round2_runs`):
+    ``{"n", "growth", "entropy", "uniform", "bound"}``, ``None`` before a run has finished.
+
+    ``growth``: the median over seeds of the largest logit at the last evaluation over that at the
+    first (the start); ``entropy``: the median lowest entropy at the last evaluation, beside
+    ``uniform``, the most it can be (:func:`~stiefel_mini.experiments.lm.attention.uniform_entropy` of
+    the preset's context); ``bound``: for an arm with a learned frame scale, the most that scale can
+    grow over its schedule (:func:`~stiefel_mini.experiments.lm.model.scale_growth_bound`), else
+    ``None``. Diverged runs are left out; ``n`` counts the rest.
+    """
+    cfg = PRESETS[study.preset]
+    runs = [r for r in round2_runs(payload, arm, phase, study).values() if r["diverged_at"] is None]
+    if not runs:
+        return None
+    h = [r["history"] for r in runs]
+    bound = [scale_growth_bound(r["steps"], r["lr"], r["warmup_frac"], cfg.optimizer.final_lr_frac)
+             for r in runs if r["logit_scale"] == "learned"]
+    return {"n": len(runs), "growth": float(np.median([x["max_logit"][-1] / x["max_logit"][0] for x in h])),
+            "entropy": float(np.median([x["min_entropy"][-1] for x in h])),
+            "uniform": uniform_entropy(cfg.model.context), "bound": float(np.median(bound)) if bound else None}

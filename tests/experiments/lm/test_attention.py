@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from stiefel_mini.experiments.lm.attention import QKNorm, attention_stats
+from stiefel_mini.experiments.lm.attention import QKNorm, attention_stats, uniform_entropy
 
 pytestmark = pytest.mark.quick
 
@@ -75,3 +75,16 @@ def test_attention_stats_known_answer():
     out = torch.cat([torch.cat([q, q], -1), torch.cat([k, q], -1), torch.zeros(1, 3, 8)], dim=-1)
     stats = attention_stats(_Model(out, 2, 4), torch.zeros(1, 3, dtype=torch.long))
     assert stats["min_entropy"] < 1e-6 and stats["max_logit"] == pytest.approx(c * 40 / 2)
+
+
+def test_uniform_entropy_is_what_attention_stats_reads_for_equal_logits_and_bounds_any_head():
+    assert uniform_entropy(3) == pytest.approx((math.log(2) + math.log(3)) / 2)
+    T = 7
+    flat = torch.zeros(2, T, 3 * 4)  # q = k = 0: every logit 0, each query uniform over what it sees
+    stats = attention_stats(_Model(flat, 1, 4), torch.zeros(2, T, dtype=torch.long))
+    assert stats["min_entropy"] == pytest.approx(uniform_entropy(T))
+    g = torch.Generator().manual_seed(0)
+    peaked = torch.randn(2, T, 3 * 4, generator=g) * 3
+    assert attention_stats(_Model(peaked, 1, 4), torch.zeros(2, T, dtype=torch.long))["min_entropy"] < uniform_entropy(T)
+    with pytest.raises(ValueError, match="at least 2"):
+        uniform_entropy(1)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from stiefel_mini import StiefelAdam
 from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS
-from stiefel_mini.experiments.lm.model import FRAME_ARMS, build_model, lr_factor, make_optimizers, parameter_roles
+from stiefel_mini.experiments.lm.model import (FRAME_ARMS, build_model, lr_factor, make_optimizers, parameter_roles,
+                                               scale_growth_bound)
 from stiefel_mini.experiments.reference_optimizers import Muon
 from stiefel_mini.geometry import orthogonality_error, project
 
@@ -88,3 +91,30 @@ def test_a_bad_arm_or_width_is_refused():
         build_model(replace(CFG, arm="sgd"))
     with pytest.raises(ValueError, match="multiple of n_head"):
         build_model(replace(CFG, n_head=3))
+
+
+def _adam_scales(steps, lr, grad):
+    """Two log-scales trained by Adam under the study's schedule; ``grad(t)`` gives their gradient."""
+    a = torch.zeros(2, requires_grad=True)
+    opt = torch.optim.Adam([a], lr=lr, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, 0.25, 0.1))
+    for t in range(steps):
+        a.grad = grad(t)
+        opt.step()
+        sched.step()
+    return a.detach().sum().exp().item()
+
+
+def test_two_adam_scales_grow_by_the_bound_when_every_gradient_agrees_and_less_otherwise():
+    steps, lr = 200, 0.01
+    bound = scale_growth_bound(steps, lr, 0.25, 0.1)
+    # 50 warm-up factors (s + 1) / 50 sum to 25.5; the cosine's 150, 0.1 + 0.45 (1 + cos(pi j / 150)), to
+    # 0.55 * 150 + 0.45, since cos(pi j / 150) over j < 150 sums to 1 (the terms pair off, j = 0 is left).
+    assert math.log(bound) == pytest.approx(2 * lr * (25.5 + 0.55 * 150 + 0.45), rel=1e-9)
+    assert _adam_scales(steps, lr, lambda t: -torch.ones(2)) == pytest.approx(bound, rel=1e-5)
+    g = torch.Generator().manual_seed(0)
+    noisy = _adam_scales(steps, lr, lambda t: -0.5 + torch.randn(2, generator=g))
+    assert 1.0 < noisy < 0.8 * bound
+    assert scale_growth_bound(steps, lr, 0.25, 0.1, n_scales=1) == pytest.approx(math.sqrt(bound))
+    with pytest.raises(ValueError, match="steps >= 1"):
+        scale_growth_bound(0, lr, 0.25, 0.1)

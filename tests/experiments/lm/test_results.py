@@ -176,3 +176,22 @@ def test_curve_band_reads_any_metric_of_the_history_and_names_the_missing_one(pa
     np.testing.assert_allclose(band["high"], [1.0, 30.0])
     with pytest.raises(ValueError, match="'min_entropy' is not in"):
         lm_results.curve_band(runs, "min_entropy")
+
+
+def test_round2_temperature_reads_medians_over_seeds_and_bounds_only_a_learned_scale():
+    from stiefel_mini.experiments.lm.attention import uniform_entropy
+    from stiefel_mini.experiments.lm.model import scale_growth_bound
+
+    def run(arm, seed, logits, entropy, diverged_at=None):
+        r = _r2(arm, seed, 1.6, phase="paired", lr=1e-3, warmup_frac=0.25)
+        return {**r, "diverged_at": diverged_at, "logit_scale": "learned" if arm == "stiefel" else None,
+                "history": {"max_logit": logits, "min_entropy": [3.9, entropy]}}
+    runs = [run("stiefel", 0, [0.5, 1.0], 3.8), run("stiefel", 1, [0.5, 2.0], 3.7), run("stiefel", 2, [0.4, 2.0], 3.0),
+            run("stiefel", 3, [0.5, 50.0], 0.1, diverged_at=700), run("adamw", 0, [0.5, 15.0], 2.0)]
+    s = lm_results.round2_temperature({"runs": runs}, "stiefel")
+    assert s["n"] == 3 and s["growth"] == pytest.approx(4.0) and s["entropy"] == pytest.approx(3.7)  # seed 3 left out
+    assert s["uniform"] == pytest.approx(uniform_entropy(PRESETS["cpu"].model.context))
+    assert s["bound"] == pytest.approx(scale_growth_bound(800, 1e-3, 0.25, PRESETS["cpu"].optimizer.final_lr_frac))
+    a = lm_results.round2_temperature({"runs": runs}, "adamw")
+    assert (a["n"], a["growth"], a["bound"]) == (1, pytest.approx(30.0), None)
+    assert lm_results.round2_temperature({"runs": runs}, "muon") is None
