@@ -9,15 +9,16 @@
 #   bash scripts/lm_study.sh collect          # copy the worktree's results file into results/lm/
 #
 # ROUND=2 in the environment works on the second study (results/lm/round2.json, the `round2` command,
-# its own state folder ../lm_round2); the default is the first (results/lm/study.json).
+# its own state folder ../lm_round2), ROUND=3 on the third (round3); the default is the first
+# (results/lm/study.json).
 #
 # A clean worktree keeps every run's `git_dirty` false while this checkout changes; its results file
 # starts as a copy of the committed one, so the study resumes where the last session stopped.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-if [[ "${ROUND:-1}" == "2" ]]; then
-  STATE="$ROOT/../lm_round2"; FILE=results/lm/round2.json; SUB=round2
+if [[ "${ROUND:-1}" == "2" || "${ROUND:-1}" == "3" ]]; then
+  STATE="$ROOT/../lm_round$ROUND"; FILE=results/lm/round$ROUND.json; SUB=round$ROUND
 else
   STATE="$ROOT/../lm_study"; FILE=results/lm/study.json; SUB=study
 fi
@@ -72,6 +73,6 @@ elif [[ "$cmd" == "collect" ]]; then
   cp "$wt/$FILE" "$FILE"
   echo "copied $wt/$FILE to $FILE"
 else
-  echo "usage: [ROUND=2] bash scripts/lm_study.sh start [COMMIT] | status | collect" >&2
+  echo "usage: [ROUND=2|3] bash scripts/lm_study.sh start [COMMIT] | status | collect" >&2
   exit 2
 fi

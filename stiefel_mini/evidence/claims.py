@@ -17,6 +17,7 @@ How a declaration becomes a verdict: :mod:`stiefel_mini.evidence.judge`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -345,6 +346,15 @@ def _lm2(label: str, a: str, b: str, phase: str = "paired", **kw: Any) -> Compar
 
 _ARMS2 = ("adamw", "adamw_qknorm", "stiefel", "muon", "muon_qknorm", "stiefel_muon")
 
+LM3 = ("lm/round2.json", "lm/round3.json")
+LM3_REGIME = LM2_REGIME + "; the Stiefel arm's logit scale at an lr of its own, chosen on the same seeds"
+
+
+def _lm3(label: str, a: str, b: str, **kw: Any) -> Comparison:
+    """A round-3 comparison: its runs pooled with round 2's (the baselines' paired runs are round 2's)."""
+    return dataclasses.replace(_lm2(label, a, b, **kw), files=LM3, regime=LM3_REGIME)
+
+
 LM2_CLAIMS: tuple[Claim, ...] = (
     Claim("lm2_stiefel_adam", "A small language model against strong baselines: StiefelAdam beats the better "
           "AdamW (with or without QK-norm)", "not claimed", "language_model", "size",
@@ -383,13 +393,32 @@ LM2_CLAIMS: tuple[Claim, ...] = (
           scale_note="a 4-layer GPT-2 of width 256 trained for 4.9M tokens on a CPU",
           declared="e077df4",
           short="language model 2, long"),
+    Claim("lm3_scale", "With its logit scale at an lr of its own, StiefelAdam beats the better AdamW (with or "
+          "without QK-norm)", "not claimed", "language_model", "size",
+          what="stiefel_scale − the better AdamW-family arm",
+          primaries=((_lm3("stiefel_scale − better of adamw / adamw_qknorm, test bits per byte", "adamw_family",
+                           "stiefel_scale"),),),
+          secondary=(_lm3("stiefel_scale − stiefel, test bits per byte", "stiefel", "stiefel_scale"),
+                     _lm3("stiefel_muon_scale − better of muon / muon_qknorm, test bits per byte", "muon_family",
+                          "stiefel_muon_scale"),
+                     _lm3("stiefel_muon_scale − stiefel_muon, test bits per byte", "stiefel_muon",
+                          "stiefel_muon_scale"),
+                     *(_lm3(f"stiefel_scale − adamw, {m} at the last evaluation", "adamw", "stiefel_scale",
+                            metric=m, unit=u, higher_is_better=m == "min_entropy")
+                       for m, u in (("max_logit", "logit"), ("min_entropy", "nats")))),
+          scale_note="a 4-layer GPT-2 of width 256 trained for 1.6M tokens on a CPU",
+          declared="",
+          short="language model 3, stiefel with its own scale lr − better AdamW"),
 )
 """The second language-model study's questions, declared before any of its runs: three primaries in
 test bits per byte on paired seeds (``stiefel`` against the better AdamW-family arm and
 ``stiefel_muon`` against the better Muon-family arm on seeds 0-15; the long phase's ``stiefel``
 against its AdamW-family arm on seeds 0-7), each a family of one, no correction across them; every
 other pair of arms, the tokens to reach the family arm's final value, the last evaluation's largest
-logit and lowest entropy, and per-head against whole Muon on the sweep seeds are secondaries."""
+logit and lowest entropy, and per-head against whole Muon on the sweep seeds are secondaries. Then
+its follow-up, declared before any run of round 3 (:mod:`stiefel_mini.experiments.lm.round3`):
+``stiefel_scale`` (StiefelAdam, its logit scale at an lr of its own) against the same better
+AdamW-family arm on seeds 0-15; against ``stiefel``, and StiefelMuon's like pairs, as secondaries."""
 
 
 def claim(key: str) -> Claim:

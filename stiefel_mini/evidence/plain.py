@@ -139,7 +139,8 @@ def _lm_rows(q: dict) -> dict[tuple[str, str], dict]:
 
 _LM2_LEAD = {"lm2_stiefel_adam": "In a second study, against stronger baselines",
              "lm2_stiefel_muon": "With manifold Muon on the frames (StiefelMuon)",
-             "lm2_long": "Over three times the steps"}
+             "lm2_long": "Over three times the steps",
+             "lm3_scale": "With its logit scale at an lr of its own"}
 """How the one-line answer to each of the second language-model study's questions opens (the chapter's,
 and the intro's for those of :data:`BOTTOM_LINE_QUESTIONS`)."""
 

@@ -77,6 +77,7 @@ SHORT_TITLES = {
     "step_ratio": "Q/K step size", "freezing": "Freezing cost", "mechanism": "Why it gains",
     "lm_gain": "Language model", "lm2_stiefel_adam": "Language model, better AdamW",
     "lm2_stiefel_muon": "Language model, manifold Muon", "lm2_long": "Language model, 3x the steps",
+    "lm3_scale": "Language model, own scale lr",
 }
 """The intro's table names each claim in a few words, its full title on hover (a claim not listed: its
 :func:`title`)."""

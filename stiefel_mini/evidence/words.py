@@ -257,6 +257,7 @@ ARM_NAMES = {
     "A3": "frozen frames", "frozen_learned": "frozen frames", "frozen": "frozen frames", "qknorm": "QK-norm", "muon": "Muon",
     "muon_stiefel": "StiefelAdam on Q/K with Muon", "adamw_qknorm": "AdamW with QK-norm",
     "muon_qknorm": "Muon with QK-norm", "stiefel_muon": "StiefelMuon",
+    "stiefel_scale": "StiefelAdam (own scale lr)", "stiefel_muon_scale": "StiefelMuon (own scale lr)",
     "A0'": "AdamW without decay on Q/K", "A4": "AdamW with StiefelAdam's small step",
     "A5": "AdamW followed by the polar projection", "A7": "StiefelAdam with an element-wise second moment",
     "stiefel_column": "StiefelAdam with a column second moment",

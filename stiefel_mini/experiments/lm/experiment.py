@@ -12,6 +12,7 @@ every run and resuming from it. Usage::
     python -m stiefel_mini.experiments.lm --preset tiny --arm muon     # a few seconds
     python -m stiefel_mini.experiments.lm study --workers 2            # results/lm/study.json
     python -m stiefel_mini.experiments.lm round2 --workers 2           # results/lm/round2.json
+    python -m stiefel_mini.experiments.lm round3 --workers 2           # results/lm/round3.json
     python -m stiefel_mini.experiments.lm round2 --dry_run true        # its plan: runs and CPU hours
 """
 
@@ -359,14 +360,6 @@ class _StudyArgs:
 
 
 @dataclasses.dataclass
-class _Round2Args:
-    workers: int = 2
-    out: str = "results/lm/round2.json"
-    dry_run: bool = False
-    minutes_per_run: float = 7.5
-
-
-@dataclasses.dataclass
 class _TokenizerArgs:
     vocab_size: int = 2048
     out: str = "results/lm/tokenizer.json"
@@ -378,10 +371,6 @@ def parse_args(argv: Sequence[str]) -> tuple:
     argv = list(argv)
     if argv and argv[0] == "tokenizer":
         return "tokenizer", parse_config(_TokenizerArgs, argv[1:])
-    if argv and argv[0] == "round2":
-        mine, rest = split_argv(argv[1:], _Round2Args)
-        base, _, _ = parse_cli(LMConfig, rest, presets=PRESETS, default_preset="cpu")
-        return "round2", parse_config(_Round2Args, mine), base
     if argv and argv[0] == "study":
         mine, rest = split_argv(argv[1:], _StudyArgs)
         base, _, _ = parse_cli(LMConfig, rest, presets=PRESETS, default_preset=STUDY.preset)
@@ -394,11 +383,16 @@ def parse_args(argv: Sequence[str]) -> tuple:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """CLI: ``tokenizer [--vocab_size N] [--out PATH]``, ``study [--workers N] [--out PATH] [--field value ...]``,
-    ``round2 [--workers N] [--out PATH] [--dry_run true]`` or one run ``[--preset NAME] [--out PATH] [--field value ...]``."""
+    ``round2`` / ``round3`` (:mod:`.rounds`) or one run ``[--preset NAME] [--out PATH] [--field value ...]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(__doc__)
         print(config_help(_StudyArgs) + "\n" + config_help(LMConfig))
+        return
+    if argv and argv[0] in ("round2", "round3"):
+        from stiefel_mini.experiments.lm import rounds
+
+        rounds.main(argv)
         return
     kind, *parsed = parse_args(argv)
     if kind == "tokenizer":
@@ -406,30 +400,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         meta = write_tokenizer(args.vocab_size, args.out)
         print(f"wrote {args.out}: {args.vocab_size} tokens, {meta['bytes_per_token']['val']:.2f} bytes per token "
               "on the validation addresses")
-        return
-    if kind == "round2":
-        from stiefel_mini.experiments.lm.round2 import ROUND2, budget, plan2
-        from stiefel_mini.experiments.lm.round2_run import schedule
-
-        args, base = parsed
-        if args.dry_run:
-            from stiefel_mini.experiments.records import load_results
-
-            b = budget(ROUND2, args.minutes_per_run)
-            runs = load_results(args.out)["runs"] if Path(args.out).exists() else []
-            state = plan2(ROUND2, runs)
-            print(f"round 2: {b['sweep']} sweep runs, {b['paired']} paired runs, {b['long_equivalents']:g} "
-                  f"800-step equivalents of long runs and checks: {b['equivalents']:g} in all, about "
-                  f"{b['cpu_hours']:.1f} CPU hours at {args.minutes_per_run:g} min per run, before any grid grows")
-            print(f"{args.out}: {len(runs)} runs finished; left: {state.remaining:g} 800-step equivalents, about "
-                  f"{state.remaining * args.minutes_per_run / 60:.1f} CPU hours; ready now: {len(state.ready)} runs"
-                  + (f", first {state.ready[0]}" if state.ready else ""))
-            return
-        try:
-            payload = study(base, args.out, workers=args.workers, schedule=schedule(ROUND2))
-        except ValueError as err:
-            raise SystemExit(f"error: {err}") from None
-        print(f"wrote {args.out}: {len(payload['runs'])} runs")
         return
     if kind == "study":
         args, base = parsed

@@ -26,7 +26,7 @@ from stiefel_mini.experiments.runtime import stream_seed
 from stiefel_mini.groups import frame_parameters, qk_parameters
 
 __all__ = ["FRAME_ARMS", "build_model", "gpt2", "parameter_roles", "make_optimizers", "lr_factor",
-           "scale_growth_bound"]
+           "logit_scales", "split_logit_scales", "scale_growth_bound"]
 
 FRAME_ARMS = ("stiefel", "frozen", "muon_stiefel")
 """The arms whose Q/K are Stiefel frames."""
@@ -87,7 +87,26 @@ def parameter_roles(model: nn.Module) -> dict[str, list[nn.Parameter]]:
     return roles
 
 
-def make_optimizers(model: nn.Module, cfg: LMConfig) -> list[torch.optim.Optimizer]:
+def logit_scales(model: nn.Module) -> list[nn.Parameter]:
+    """The learned per-head logit scales of ``model``'s converted attention (``logit_scale="learned"``:
+    the parameters named ``*log_scale``, each ``(n_heads,)``); empty for a fixed scale."""
+    return [p for name, p in model.named_parameters() if name.endswith("log_scale") and p.requires_grad]
+
+
+def split_logit_scales(vectors: list[nn.Parameter], model: nn.Module, scale_lr: float | None) -> tuple[list, list]:
+    """``(vectors, scale groups)``: the learned logit scales moved out of ``vectors`` into an undecayed
+    group of lr ``scale_lr``, or ``vectors`` as they are and no group when ``scale_lr`` is ``None``."""
+    if scale_lr is None:
+        return vectors, []
+    scales = {id(p) for p in logit_scales(model)}
+    if not scales:
+        raise ValueError("scale_lr is set but the model has no learned logit scale: convert its attention with "
+                         "logit_scale='learned', or leave scale_lr unset")
+    return ([p for p in vectors if id(p) not in scales],
+            [{"name": "scale", "params": [p for p in vectors if id(p) in scales], "lr": scale_lr, "weight_decay": 0.0}])
+
+
+def make_optimizers(model: nn.Module, cfg: LMConfig, scale_lr: float | None = None) -> list[torch.optim.Optimizer]:
     """The optimizers of ``cfg.arm`` for ``model``, stepped together each step.
 
     ============  ==============================  ======================  =======================
@@ -102,9 +121,12 @@ def make_optimizers(model: nn.Module, cfg: LMConfig) -> list[torch.optim.Optimiz
 
     AdamW decays matrices and embeddings by ``weight_decay`` and never vectors; Muon and the frames
     are not decayed (the Muon recipe; a frame has no decay term). Weights are stored as GPT-2's
-    ``Conv1D`` does, ``(in, out)``, which Muon's shape factor is told (``in_out``).
+    ``Conv1D`` does, ``(in, out)``, which Muon's shape factor is told (``in_out``). ``scale_lr``: the
+    AdamW lr of the learned logit scales (:func:`logit_scales`, undecayed); ``None`` leaves them with
+    the vectors at ``lr``.
     """
     o, roles = cfg.optimizer, parameter_roles(model)
+    roles["vector"], scale = split_logit_scales(roles["vector"], model, scale_lr)
     adamw = {"lr": o.lr, "betas": o.betas, "eps": o.eps}
     decayed = {"weight_decay": o.weight_decay}
     vectors = {"name": "vector", "params": roles["vector"], "weight_decay": 0.0}
@@ -115,16 +137,16 @@ def make_optimizers(model: nn.Module, cfg: LMConfig) -> list[torch.optim.Optimiz
     hidden = {"name": "hidden", "params": roles["hidden"], **decayed}
     arm = cfg.arm
     if arm in ("adamw", "frozen"):
-        groups = [{"name": "qk", "params": roles["qk"], **decayed}, hidden, embed, vectors]
+        groups = [{"name": "qk", "params": roles["qk"], **decayed}, hidden, embed, vectors, *scale]
         return [torch.optim.AdamW([g for g in groups if g["params"]], **adamw)]
     if arm == "stiefel":
-        return [StiefelAdam([frames, hidden, embed, vectors], **adamw)]
+        return [StiefelAdam([frames, hidden, embed, vectors, *scale], **adamw)]
     if arm == "muon":
         return [Muon([{"params": roles["qk"], "heads": True}, {"params": roles["hidden"], "in_out": True}], **muon),
-                torch.optim.AdamW([embed, vectors], **adamw)]
+                torch.optim.AdamW([embed, vectors, *scale], **adamw)]
     if arm == "muon_stiefel":
         return [Muon([{"params": roles["hidden"], "in_out": True}], **muon),
-                StiefelAdam([frames, embed, vectors], **adamw)]
+                StiefelAdam([frames, embed, vectors, *scale], **adamw)]
     raise ValueError(f"unknown arm {arm!r}; choose one of {sorted(LM_ARMS)}")
 
 

@@ -18,6 +18,9 @@ stiefel        StiefelAdam ``frame_lr``    AdamW ``lr``                AdamW ``l
 muon(_qk..)    Muon ``muon_lr`` (Q|K|V whole or per head)              AdamW ``lr``
 stiefel_muon   manifold Muon ``frame_lr``  Muon ``muon_lr``            AdamW ``lr``
 =============  ==========================  ==========================  =====================
+
+A point with a ``scale_lr`` (the third study's, :mod:`~stiefel_mini.experiments.lm.round3`) trains a
+Stiefel arm's learned logit scales at that AdamW lr instead of ``lr``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.lm.attention import add_qk_norm
 from stiefel_mini.experiments.lm.config import LMConfig
 from stiefel_mini.experiments.lm.experiment import Schedule, device_name, run
-from stiefel_mini.experiments.lm.model import gpt2, make_optimizers, parameter_roles
+from stiefel_mini.experiments.lm.model import gpt2, make_optimizers, parameter_roles, split_logit_scales
 from stiefel_mini.experiments.lm.round2 import ARMS2, ROUND2, Round2, plan2, point_key
 from stiefel_mini.experiments.records import cpu_description, jsonable, utc_now
 
@@ -61,9 +64,11 @@ def build(arm: str, cfg: LMConfig, eot_id: int = 0) -> nn.Module:
     return model
 
 
-def _muon_groups(model: nn.Module, cfg: LMConfig, per_head: bool) -> list[dict]:
-    """StiefelMuon's groups: frames, Q|K|V (whole or per head), the other matrices, embeddings, vectors."""
+def _muon_groups(model: nn.Module, cfg: LMConfig, per_head: bool, scale_lr: float | None = None) -> list[dict]:
+    """StiefelMuon's groups: frames, Q|K|V (whole or per head), the other matrices, embeddings, vectors
+    (and the learned logit scales at ``scale_lr``, when it is set)."""
     o, roles, n_head = cfg.optimizer, parameter_roles(model), cfg.model.n_head
+    roles["vector"], scale = split_logit_scales(roles["vector"], model, scale_lr)
     qkv = {id(p) for name, p in model.named_parameters()
            if name.endswith(("c_attn.weight", "c_attn.proj.weight", "c_attn.rest_weight"))}
     fused = {id(p) for name, p in model.named_parameters() if name.endswith(("c_attn.weight", "c_attn.proj.weight"))}
@@ -75,20 +80,21 @@ def _muon_groups(model: nn.Module, cfg: LMConfig, per_head: bool) -> list[dict]:
                "heads": n_head if per_head else None},
               {"params": hidden, "role": "muon"},
               {"params": roles["embedding"], "role": "adamw", "adamw_weight_decay": o.weight_decay},
-              {"params": roles["vector"] + roles["qk"], "role": "adamw", "adamw_weight_decay": 0.0}]
+              {"params": roles["vector"] + roles["qk"], "role": "adamw", "adamw_weight_decay": 0.0},
+              *({"params": g["params"], "role": "adamw", "adamw_weight_decay": 0.0, "adamw_lr": g["lr"]} for g in scale)]
     return [g for g in groups if g["params"]]
 
 
 def setup_for(point: dict):
     """``setup(cfg, eot_id) -> (model, optimizers)`` for :func:`~stiefel_mini.experiments.lm.experiment.run`."""
-    arm = point["arm"]
+    arm, scale_lr = point["arm"], point.get("scale_lr")
 
     def setup(cfg: LMConfig, eot_id: int):
         model = build(arm, cfg, eot_id)
         o = cfg.optimizer
         if arm in ("adamw", "adamw_qknorm", "stiefel"):
-            return model, make_optimizers(model, replace(cfg, arm="stiefel" if arm == "stiefel" else "adamw"))
-        opt = StiefelMuon(_muon_groups(model, cfg, bool(point["per_head"])), lr=o.muon_lr, momentum=o.momentum,
+            return model, make_optimizers(model, replace(cfg, arm="stiefel" if arm == "stiefel" else "adamw"), scale_lr)
+        opt = StiefelMuon(_muon_groups(model, cfg, bool(point["per_head"]), scale_lr), lr=o.muon_lr, momentum=o.momentum,
                           weight_decay=o.weight_decay, frame_lr=o.frame_lr, adamw_lr=o.lr, betas=o.betas, eps=o.eps,
                           in_out=True)  # GPT-2's Conv1D weights are stored (in, out)
         return model, [opt]

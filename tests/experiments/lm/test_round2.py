@@ -111,7 +111,8 @@ def test_the_declared_primaries_name_the_family_choice():
     primaries = [c for cl in LM2_CLAIMS for fam in cl.primaries for c in fam]
     assert [(c.a, c.b, dict(c.select)["phase"], len(c.seeds)) for c in primaries] == [
         ("adamw_family", "stiefel", "paired", 16), ("muon_family", "stiefel_muon", "paired", 16),
-        ("adamw_family", "stiefel", "long", 8)]
+        ("adamw_family", "stiefel", "long", 8), ("adamw_family", "stiefel_scale", "paired", 16)]
+    assert primaries[-1].files == ("lm/round2.json", "lm/round3.json")  # round 3's runs pair with round 2's
     assert all(c.metric == "test_bpb" and not c.higher_is_better and c.chosen_on == ROUND2.sweep_seeds
                for c in primaries)
     assert set(FAMILY_ARMS.values()) == set(FAMILIES)

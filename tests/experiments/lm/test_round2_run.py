@@ -73,3 +73,27 @@ def test_each_arm_runs_on_cuda_and_says_so(arm):
     assert gpu["device"].startswith("cuda: ") and cpu["device"] == "cpu"
     assert gpu["history"]["val_bpb"][0] == pytest.approx(cpu["history"]["val_bpb"][0], abs=1e-4)
     assert gpu["val_bpb"] == pytest.approx(cpu["val_bpb"], abs=0.05)
+
+
+@pytest.mark.parametrize("arm", ["stiefel", "stiefel_muon"])
+def test_a_scale_lr_gives_the_learned_scales_a_group_of_their_own(arm):
+    kw = {"per_head": True} if arm == "stiefel_muon" else {}
+    model, (opt,) = setup_for(_point(arm, scale_lr=0.5, **kw))(CFG, 0)
+    scales = {id(p) for n, p in model.named_parameters() if n.endswith("log_scale")}
+    assert len(scales) == 2 * CFG.model.n_layer  # a query and a key scale per block
+    (group,) = [g for g in opt.param_groups if {id(p) for p in g["params"]} & scales]
+    assert {id(p) for p in group["params"]} == scales and group["lr"] == 0.5
+    assert (group["adamw_weight_decay"] if arm == "stiefel_muon" else group["weight_decay"]) == 0.0
+    with pytest.raises(ValueError, match="no learned logit scale"):
+        setup_for(_point("muon", per_head=False, scale_lr=0.5))(CFG, 0)
+
+
+@pytest.mark.parametrize("arm", ["stiefel", "stiefel_muon"])
+def test_a_scale_lr_equal_to_lr_changes_nothing_and_a_larger_one_moves_the_scales(arm):
+    kw = {"per_head": True} if arm == "stiefel_muon" else {}
+    cfg, commit = replace(CFG, eval_every=2, samples=0), {"git_commit": "abc", "git_dirty": False}
+    base, same, fast = (run_point(cfg, _point(arm, **kw, **extra), commit)
+                        for extra in ({}, {"scale_lr": DEFAULTS["lr"]}, {"scale_lr": 0.5}))
+    assert same["history"]["val_bpb"] == base["history"]["val_bpb"]  # a regrouping at the same lr
+    assert same["scale_lr"] == DEFAULTS["lr"] and "scale_lr" not in base
+    assert fast["history"]["max_logit"][-1] != base["history"]["max_logit"][-1]
