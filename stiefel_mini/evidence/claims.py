@@ -407,7 +407,7 @@ LM2_CLAIMS: tuple[Claim, ...] = (
                             metric=m, unit=u, higher_is_better=m == "min_entropy")
                        for m, u in (("max_logit", "logit"), ("min_entropy", "nats")))),
           scale_note="a 4-layer GPT-2 of width 256 trained for 1.6M tokens on a CPU",
-          declared="",
+          declared="66c533e",
           short="language model 3, stiefel with its own scale lr − better AdamW"),
 )
 """The second language-model study's questions, declared before any of its runs: three primaries in
