@@ -196,3 +196,23 @@ def test_committed_freezing_pairs_across_two_machines_are_flagged():
     assert row["two_machines"] == [5, 6, 7]
     assert "3 of 14 pairs made on two machines" in v["sure"]
     assert "3 of its 14 pairs ran on two different machines" in v["sentence"]
+
+
+def test_a_baseline_files_runs_confirm_whatever_their_start_every_other_run_only_after_the_declaration():
+    from stiefel_mini.evidence.claims import Comparison
+    from stiefel_mini.evidence.measure import confirming
+
+    comp = Comparison("b − a", "constructed", ("old.json", "new.json"), "a", "b", chosen_on=(100,),
+                      baseline_files=("old.json",))
+    when = utc(T0)
+    before, after = when - dt.timedelta(hours=1), when + dt.timedelta(hours=1)
+    keep = confirming(comp, when)
+    assert keep({"seed": 0, "_file": "old.json", "_start": before})  # the baseline, made before by design
+    assert keep({"seed": 0, "_file": "new.json", "_start": after})
+    assert not keep({"seed": 0, "_file": "new.json", "_start": before})
+    assert not keep({"seed": 0, "_file": "new.json", "_start": None})
+    assert not keep({"seed": 100, "_file": "old.json", "_start": before})  # a seed a choice was made on
+    plain = confirming(Comparison("b − a", "constructed", ("old.json",), "a", "b"), when)
+    assert not plain({"seed": 0, "_file": "old.json", "_start": before})
+    lm3 = next(c for c in LM2_CLAIMS if c.key == "lm3_scale")
+    assert all(comp.baseline_files == ("lm/round2.json",) for comp in (*lm3.primaries[0], *lm3.secondary))

@@ -103,6 +103,11 @@ def test_fresh_seeds_that_do_not_hold_make_the_headline_not_confirmed():
     assert sentences.sentence(c, v).endswith("; every seed ran after the comparison was declared.")
     v["confirmation"]["rows"] = [{**own, "n": 4, "seeds": own["seeds"][-4:]}]
     assert sentences.sentence(c, v).endswith("; confirmed on 4 fresh seeds.")
+    # ... but for a baseline whose runs were made before it (round 3 against round 2's runs).
+    fixed = {**own, "baseline_files": ["lm/round2.json"]}
+    v = verdict(c, fixed, {"status": "confirmed", "rows": [fixed], "text": "..."})
+    assert sentences.sentence(c, v).endswith(
+        "; every StiefelAdam run started after the comparison was declared, against AdamW's earlier runs.")
     open_ = verdict(c, row([1.0, -1.0, 2.0]))
     open_["confirmation"] = {"status": "pending", "rows": [], "text": ""}
     assert sentences.confirmed_word(open_) == ""  # nothing resolved, nothing to confirm

@@ -47,7 +47,11 @@ class Comparison:
     them): no run of these seeds can confirm it (:mod:`stiefel_mini.evidence.ledger`); ``reach``: the
     value of a run is the number of tokens its validation curve (``history``: ``tokens``,
     ``val_bpb``) needs to reach the final value of its seed's ``a`` run's curve (the speedrun
-    measure: ``a``'s own value is its whole budget; a curve that never reaches it is censored).
+    measure: ``a``'s own value is its whole budget; a curve that never reaches it is censored);
+    ``baseline_files``: files among ``files`` whose runs were made before this comparison was declared,
+    as its fixed baseline (round 3 pairs its new arms with round 2's runs): they count toward its
+    confirmation whatever their start, since no declaration can have chosen them, while every other run
+    must start after it (:func:`stiefel_mini.evidence.measure.confirming`).
     """
 
     label: str
@@ -70,6 +74,7 @@ class Comparison:
     seeds: tuple[int, ...] = ()
     chosen_on: tuple[int, ...] = ()
     reach: bool = False
+    baseline_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -352,7 +357,7 @@ LM3_REGIME = LM2_REGIME + "; the Stiefel arm's logit scale at an lr of its own, 
 
 def _lm3(label: str, a: str, b: str, **kw: Any) -> Comparison:
     """A round-3 comparison: its runs pooled with round 2's (the baselines' paired runs are round 2's)."""
-    return dataclasses.replace(_lm2(label, a, b, **kw), files=LM3, regime=LM3_REGIME)
+    return dataclasses.replace(_lm2(label, a, b, **kw), files=LM3, regime=LM3_REGIME, baseline_files=LM2)
 
 
 LM2_CLAIMS: tuple[Claim, ...] = (

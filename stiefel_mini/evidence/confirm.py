@@ -71,6 +71,8 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
     runs_text = (f"{best['n']} fresh paired seed{'' if best['n'] == 1 else 's'} ({', '.join(map(str, best['seeds']))})"
                  if len(seed_sets) == 1 else "fresh paired seeds " + "; ".join(
                      f"{', '.join(map(str, r['seeds']))} ({regime_of(r)})" for r in rows if r["n"]))
+    if fixed := sorted({f for comp in family for f in comp.baseline_files}):
+        runs_text += f", against the baseline runs of {', '.join(fixed)} made before it by design"
     untested = [r for r in rows if not r["n"]]
     if untested:
         # A family is confirmed only as a whole: each row with fresh runs is set beside its own

@@ -23,8 +23,9 @@ def pooled(files: tuple[str, ...], root: Path | None, keep: Callable[[dict], boo
             ) -> tuple[list[dict], list[str]]:
     """The runs of the files that exist, pooled, and the names of those files.
 
-    Each run gains ``_start`` (a lower bound on its start, :func:`ledger.run_start`) and ``_machine``
-    (:func:`ledger.run_machine`), read from its own file; ``keep`` drops the runs it rejects.
+    Each run gains ``_start`` (a lower bound on its start, :func:`ledger.run_start`), ``_machine``
+    (:func:`ledger.run_machine`), read from its own file, and ``_file`` (that file's name); ``keep``
+    drops the runs it rejects.
     """
     out, present, first = [], [], None
     times = ledger.commit_times(root)
@@ -35,6 +36,7 @@ def pooled(files: tuple[str, ...], root: Path | None, keep: Callable[[dict], boo
         for r in res["runs"]:
             r["_start"] = ledger.run_start(r, res, times)[0]
             r["_machine"] = ledger.run_machine(r, res)
+            r["_file"] = name
         settings = res.get("settings") or res.get("base_config") or {}
         if first is None:
             first = settings
@@ -128,13 +130,16 @@ def compute(comp: Comparison, root: Path | None = None, seeds: tuple[int, ...] |
                              censored=comp.censored, test=comp.test, unit=comp.unit)
     two = [] if comp.of_gap is not None else sorted(
         s for s in row["seeds"] if a[s]["_machine"] and b[s]["_machine"] and a[s]["_machine"] != b[s]["_machine"])
-    row.update(files=present, declared_files=list(comp.files), ratio=comp.ratio, arm=comp.b, baseline=comp.a,
+    row.update(files=present, declared_files=list(comp.files), baseline_files=list(comp.baseline_files),
+               ratio=comp.ratio, arm=comp.b, baseline=comp.a,
                two_machines=two, chosen_here=bool(comp.at_best), picked=picked,
                planned=len(comp.seeds))
     return row
 
 
 def confirming(comp: Comparison, declared: _dt.datetime) -> Callable[[dict], bool]:
-    """The runs that can confirm ``comp``: started after ``declared`` (a lower bound on the start,
-    :func:`ledger.run_start`) on a seed no choice was made on (``comp.chosen_on``)."""
-    return lambda r: r["_start"] is not None and r["_start"] > declared and r["seed"] not in comp.chosen_on
+    """The runs that can confirm ``comp``: on a seed no choice was made on (``comp.chosen_on``), and
+    started after ``declared`` (a lower bound on the start, :func:`ledger.run_start`) or held by one of
+    its ``baseline_files`` (made before it by design)."""
+    return lambda r: r["seed"] not in comp.chosen_on and (
+        r["_file"] in comp.baseline_files or (r["_start"] is not None and r["_start"] > declared))

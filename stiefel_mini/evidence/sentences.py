@@ -141,8 +141,9 @@ def confirmed_word(v: dict) -> str:
 def fresh_text(v: dict) -> str:
     """What fresh seeds said of a verdict, as a clause: ``"6 fresh seeds did not confirm it"``,
     ``"confirmed on 6 fresh seeds"``, ``"not yet re-run on fresh seeds"``, ``"every seed ran after the
-    comparison was declared"`` where the fresh seeds are all the primary's own; ``""`` where nothing is
-    to be confirmed (:func:`confirmed_word`)."""
+    comparison was declared"`` where the fresh seeds are all the primary's own (``"every StiefelAdam run
+    started after ..., against AdamW's earlier runs"`` where its baseline's runs came before it by design);
+    ``""`` where nothing is to be confirmed (:func:`confirmed_word`)."""
     conf = confirmed_word(v)
     rows = [r for r in (v.get("confirmation") or {}).get("rows", []) if r["n"]]
     fresh = max((r["n"] for r in rows), default=0)
@@ -150,6 +151,10 @@ def fresh_text(v: dict) -> str:
     mine = [tuple(r.get("seeds") or ()) for r in v.get("primary", []) if r["n"]]
     if conf == "confirmed" and mine and all(mine) and mine == [tuple(r.get("seeds") or ()) for r in rows]:
         # declared before any of its runs: the fresh seeds are the primary's own, not further evidence
+        fixed = [r for r in v["primary"] if r["n"] and r.get("baseline_files")]
+        if fixed:  # but for its baseline's runs, made before it by design
+            arm, baseline = side_names(fixed[0])
+            return f"every {arm} run started after the comparison was declared, against {baseline}'s earlier runs"
         return "every seed ran after the comparison was declared"
     if len({r["n"] for r in rows}) > 1:  # a family whose rows have different fresh seeds: each its own count
         seeds = "fresh seeds (" + ", ".join(f"{r['n']} for {regime_of(r)}" for r in rows) + ")"
