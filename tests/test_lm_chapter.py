@@ -265,7 +265,7 @@ def test_the_chapter_shows_the_second_study_answer_curves_logits_and_its_like(re
                      r"QK-norm's largest logit grew 9\.0-fold\. StiefelAdam's grew 13\.0-fold \(median over its 16 "
                      r"seeds\), StiefelMuon's 11\.0-fold", page)
     assert ("In the second study StiefelAdam's attention ended 1.51 nats below uniform, AdamW with QK-norm's 1.31: its "
-            "logit scale, trained at AdamW's lr, could grow at most 5.6-fold in a run." in page)  # the summary
+            "logit scale, trained at AdamW's lr, could grow at most 5.6-fold in a run; the third study" in page)  # the summary
     assert ("the GPT-2-small study found manifold Muon on the frames ahead of plain Muon; here: StiefelMuon ahead "
             "of Muon on 16 of 16 seeds" in page)
     assert "Secondary comparisons (" in page and "stiefel − better of adamw / adamw_qknorm" in page
@@ -322,3 +322,56 @@ def test_the_second_study_sentence_names_plain_adamw_as_its_baseline():
     assert re.search(r"^In a second study, against stronger baselines: .*StiefelAdam (ahead of|behind) AdamW on \d+ of "
                      r"\d+ seeds", text), text
     assert plain.language_model(v, named=True)[0].isupper()
+
+
+# ----------------------------------------------------------------------------------------------------
+# The third study (round 3), against the invented round 2
+# ----------------------------------------------------------------------------------------------------
+
+SCALE3 = {"stiefel_scale": 0.3, "stiefel_muon_scale": 0.1}
+"""Each round-3 sweep's invented best scale lr, inside the declared grid."""
+OFFSET3 = {"stiefel_scale": -0.03, "stiefel_muon_scale": -0.07}
+"""Each round-3 arm's bits per byte minus round 2's AdamW: 0.02 ahead of AdamW with QK-norm, 0.01 of StiefelMuon."""
+
+
+@pytest.fixture(scope="module")
+def results3(results2, tmp_path_factory) -> Path:
+    """The invented round 2 and a complete invented round 3 whose runs all started after its declaration."""
+    from stiefel_mini.experiments.lm.round3 import plan3, ROUND3
+
+    out = tmp_path_factory.mktemp("lm3") / "results"
+    shutil.copytree(results2, out)
+    r2 = json.loads((out / "lm" / "round2.json").read_text())
+    template = next(r for r in r2["runs"] if r["arm"] == "stiefel" and r["phase"] == "paired")
+
+    def outcome(p, h):
+        bpb = 1.7 + OFFSET3[p["arm"]] + (0.05 * math.log2(p["scale_lr"] / SCALE3[p["arm"]]) ** 2
+                                         if p["phase"] == "sweep" else -0.1 + 0.01 * p["seed"])
+        n = len(h["step"])
+        return {"val_bpb": bpb, "test_bpb": bpb + 0.01, "started_utc": "2026-12-06T00:00:00+00:00",
+                "history": {**h, "max_logit": [1.0 + 20.0 * i / (n - 1) for i in range(n)],
+                            "min_entropy": [3.9 - 1.5 * i / (n - 1) for i in range(n)]}}
+    runs = invented(lambda runs: plan3(ROUND3, runs).ready, template, outcome)
+    (out / "lm" / "round3.json").write_text(json.dumps({**r2, "runs": runs}))
+    return out
+
+
+def test_the_chapter_reports_the_third_study_against_the_second_studys_baselines(results3):
+    v = evidence.evaluate(claim("lm3_scale"), root=results3.parent)
+    row = v["primary"][0]
+    assert (row["n"], row["wins"]) == (16, 16) and row["mean"] == pytest.approx(-0.02)
+    assert v["confirmation"]["status"] == "confirmed"  # round 2's baseline runs count, though older
+    assert ("every StiefelAdam (own scale lr) run started after the comparison was declared, against AdamW with "
+            "QK-norm's earlier runs" in v["sentence"])
+    nb = execute_chapters({"r3": ("language_model", results3)}, ROOT / "book", workers=1)["r3"]
+    outs = [o for c in nb.cells for o in c.get("outputs", [])]
+    assert not [o for o in outs if o.get("output_type") == "error"]
+    page = " ".join(" ".join(o.get("data", {}).get("text/markdown", "") + BeautifulSoup(
+        o.get("data", {}).get("text/html", ""), "html.parser").get_text(" ") for o in outs).split())
+    assert "Finished so far: 16 sweep runs, 32 runs on the paired seeds; 0 runs left." in page
+    assert "With its logit scale at an lr of its own, StiefelAdam beats the better AdamW" in page
+    assert "StiefelAdam (own scale lr) ahead of AdamW with QK-norm on 16 of 16 seeds" in page
+    assert "| StiefelAdam (own scale lr) | 0.3 | 2 | 1.670 |" in page  # the sweep table's best row
+    # the invented round 3: entropy 3.9 -> 2.4, largest logit 1 -> 21; round 2's StiefelAdam 3.0 -> 2.4, 1 -> 13
+    assert ("StiefelAdam (own scale lr)'s most peaked head ended 1.51 nats below uniform attention (StiefelAdam's "
+            "1.51), its largest logit 21.0 times its start (13.0)." in page)

@@ -1,7 +1,8 @@
 """Reading the language-model study's results: sweeps, curves, samples and costs per arm, and the setup.
 
 Pure functions of the payload :func:`stiefel_mini.experiments.lm.experiment.study` writes (``results/lm/study.json``),
-of the second study's (``results/lm/round2.json``, :mod:`stiefel_mini.experiments.lm.round2`) and of the
+of the second study's (``results/lm/round2.json``, :mod:`stiefel_mini.experiments.lm.round2`), of the
+third's (``results/lm/round3.json``, :mod:`stiefel_mini.experiments.lm.round3`) and of the
 benchmark's record (``results/benchmarks/lm_throughput.json``), for the chapter and the
 evidence layer; :func:`setup_facts` gathers the numbers that describe a run. No training code. The
 comparisons and verdicts are the evidence layer's (:data:`stiefel_mini.evidence.claims.LM_CLAIMS`).
@@ -18,6 +19,7 @@ from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, LMConfig
 from stiefel_mini.experiments.lm.model import scale_growth_bound
 from stiefel_mini.experiments.lm.plan import plan
 from stiefel_mini.experiments.lm.round2 import ARMS2, ROUND2, Round2, plan2
+from stiefel_mini.experiments.lm.round3 import ARMS3, ROUND3, plan3
 from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
@@ -25,7 +27,7 @@ from stiefel_mini.resources import results_path
 __all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "THROUGHPUT2_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
            "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
            "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_runs", "round2_sweep_rows",
-           "round2_temperature"]
+           "sharpness", "ROUND3_FILE", "load_round3", "round3_runs", "round3_progress"]
 
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
@@ -35,6 +37,8 @@ THROUGHPUT2_FILE = "benchmarks/lm2_throughput.json"
 """The benchmark's record of the second study's arms (``--study 2 --per_head --out``) under ``results/``."""
 ROUND2_FILE = "lm/round2.json"
 """Round 2's results file under ``results/``."""
+ROUND3_FILE = "lm/round3.json"
+"""Round 3's results file under ``results/``."""
 TOKENIZER_META = "lm/tokenizer_meta.json"
 """The tokenizer's measurements (bytes per token, tokens per split) under ``results/``."""
 
@@ -251,24 +255,64 @@ def round2_sweep_rows(payload: dict | None, study: Round2 = ROUND2) -> list[dict
     return sorted(out, key=lambda row: (order.index(row["arm"]), tuple(row["setting"].values())))
 
 
-def round2_temperature(payload: dict | None, arm: str, phase: str = "paired", study: Round2 = ROUND2) -> dict | None:
-    """How far ``arm``'s attention sharpened in its round-2 runs of ``phase`` (:func:`round2_runs`):
-    ``{"n", "growth", "entropy", "uniform", "bound"}``, ``None`` before a run has finished.
+def sharpness(runs: dict[int, dict], study: Round2 = ROUND2) -> dict | None:
+    """How far attention sharpened over ``runs`` (seed -> run, e.g. :func:`round2_runs`):
+    ``{"n", "growth", "entropy", "uniform", "bound"}``, ``None`` without a finished run.
 
     ``growth``: the median over seeds of the largest logit at the last evaluation over that at the
     first (the start); ``entropy``: the median lowest entropy at the last evaluation, beside
     ``uniform``, the most it can be (:func:`~stiefel_mini.experiments.lm.attention.uniform_entropy` of
-    the preset's context); ``bound``: for an arm with a learned frame scale, the most that scale can
-    grow over its schedule (:func:`~stiefel_mini.experiments.lm.model.scale_growth_bound`), else
-    ``None``. Diverged runs are left out; ``n`` counts the rest.
+    the preset's context); ``bound``: for runs with a learned frame scale, the most that scale can grow
+    over the schedule at the lr that trains it (``scale_lr`` where a run has one, else ``lr``;
+    :func:`~stiefel_mini.experiments.lm.model.scale_growth_bound`), else ``None``. Diverged runs are
+    left out; ``n`` counts the rest.
     """
     cfg = PRESETS[study.preset]
-    runs = [r for r in round2_runs(payload, arm, phase, study).values() if r["diverged_at"] is None]
+    runs = [r for r in runs.values() if r["diverged_at"] is None]
     if not runs:
         return None
     h = [r["history"] for r in runs]
-    bound = [scale_growth_bound(r["steps"], r["lr"], r["warmup_frac"], cfg.optimizer.final_lr_frac)
-             for r in runs if r["logit_scale"] == "learned"]
+    bound = [scale_growth_bound(r["steps"], r.get("scale_lr") or r["lr"], r["warmup_frac"],
+                                cfg.optimizer.final_lr_frac) for r in runs if r["logit_scale"] == "learned"]
     return {"n": len(runs), "growth": float(np.median([x["max_logit"][-1] / x["max_logit"][0] for x in h])),
             "entropy": float(np.median([x["min_entropy"][-1] for x in h])),
             "uniform": uniform_entropy(cfg.model.context), "bound": float(np.median(bound)) if bound else None}
+
+
+def load_round3() -> dict | None:
+    """Round 3's results file (:data:`ROUND3_FILE`), or ``None`` where this copy of the results lacks it."""
+    return _load(ROUND3_FILE)
+
+
+def round3_runs(payload: dict | None, arm: str, phase: str = "paired") -> dict[int, dict]:
+    """``arm``'s round-3 runs of ``phase`` (``"sweep"`` or ``"paired"``) keyed by seed; for the sweep,
+    those at the arm's best ``scale_lr`` (:func:`~stiefel_mini.experiments.lm.round3.plan3`), empty
+    until its grid is complete."""
+    if arm not in ARMS3:
+        raise ValueError(f"unknown arm {arm!r}; choose one of {sorted(ARMS3)}")
+    if phase not in ("sweep", "paired"):
+        raise ValueError(f"phase must be sweep or paired; got {phase!r}")
+    runs = payload["runs"] if payload else []
+    if phase == "paired":
+        return {r["seed"]: r for r in runs if r["arm"] == arm and r["phase"] == "paired"}
+    best = plan3(ROUND3, runs).best.get(arm)
+    return {} if best is None else {r["seed"]: r for r in runs if r["arm"] == arm and r["phase"] == "sweep"
+                                    and r["scale_lr"] == best["scale_lr"]}
+
+
+def round3_progress(payload: dict | None) -> dict:
+    """Where round 3 stands: ``{"finished", "remaining", "best", "sweep"}``: finished runs per phase,
+    the runs left (:func:`~stiefel_mini.experiments.lm.round3.plan3`), each arm's best settings once its
+    sweep is complete, and per arm the sweep's mean validation bits per byte by ``scale_lr`` over the
+    seeds that have run (``None`` if one diverged), ``{arm: [(scale_lr, val_bpb, n)]}`` in increasing lr."""
+    runs = payload["runs"] if payload else []
+    state = plan3(ROUND3, runs)
+    finished: dict[str, int] = {}
+    sweep: dict[str, dict[float, list]] = {}
+    for r in runs:
+        finished[r["phase"]] = finished.get(r["phase"], 0) + 1
+        if r["phase"] == "sweep":
+            sweep.setdefault(r["arm"], {}).setdefault(r["scale_lr"], []).append(r["val_bpb"])
+    rows = {arm: [(lr, None if None in v else float(np.mean(v)), len(v)) for lr, v in sorted(by.items())]
+            for arm, by in sweep.items()}
+    return {"finished": finished, "remaining": state.remaining, "best": state.best, "sweep": rows}

@@ -178,20 +178,42 @@ def test_curve_band_reads_any_metric_of_the_history_and_names_the_missing_one(pa
         lm_results.curve_band(runs, "min_entropy")
 
 
-def test_round2_temperature_reads_medians_over_seeds_and_bounds_only_a_learned_scale():
+def test_sharpness_reads_medians_over_seeds_and_bounds_only_a_learned_scale_at_its_own_lr():
     from stiefel_mini.experiments.lm.attention import uniform_entropy
     from stiefel_mini.experiments.lm.model import scale_growth_bound
 
-    def run(arm, seed, logits, entropy, diverged_at=None):
+    def run(arm, seed, logits, entropy, diverged_at=None, **extra):
         r = _r2(arm, seed, 1.6, phase="paired", lr=1e-3, warmup_frac=0.25)
         return {**r, "diverged_at": diverged_at, "logit_scale": "learned" if arm == "stiefel" else None,
-                "history": {"max_logit": logits, "min_entropy": [3.9, entropy]}}
+                "history": {"max_logit": logits, "min_entropy": [3.9, entropy]}, **extra}
     runs = [run("stiefel", 0, [0.5, 1.0], 3.8), run("stiefel", 1, [0.5, 2.0], 3.7), run("stiefel", 2, [0.4, 2.0], 3.0),
             run("stiefel", 3, [0.5, 50.0], 0.1, diverged_at=700), run("adamw", 0, [0.5, 15.0], 2.0)]
-    s = lm_results.round2_temperature({"runs": runs}, "stiefel")
+    s = lm_results.sharpness(lm_results.round2_runs({"runs": runs}, "stiefel"))
     assert s["n"] == 3 and s["growth"] == pytest.approx(4.0) and s["entropy"] == pytest.approx(3.7)  # seed 3 left out
     assert s["uniform"] == pytest.approx(uniform_entropy(PRESETS["cpu"].model.context))
-    assert s["bound"] == pytest.approx(scale_growth_bound(800, 1e-3, 0.25, PRESETS["cpu"].optimizer.final_lr_frac))
-    a = lm_results.round2_temperature({"runs": runs}, "adamw")
+    final = PRESETS["cpu"].optimizer.final_lr_frac
+    assert s["bound"] == pytest.approx(scale_growth_bound(800, 1e-3, 0.25, final))
+    a = lm_results.sharpness(lm_results.round2_runs({"runs": runs}, "adamw"))
     assert (a["n"], a["growth"], a["bound"]) == (1, pytest.approx(30.0), None)
-    assert lm_results.round2_temperature({"runs": runs}, "muon") is None
+    assert lm_results.sharpness({}) is None
+    own = lm_results.sharpness({0: run("stiefel", 0, [0.5, 1.0], 3.8, scale_lr=0.1)})
+    assert own["bound"] == pytest.approx(scale_growth_bound(800, 0.1, 0.25, final))  # the scale's own lr
+
+
+def test_round3_progress_and_runs_read_its_sweep_and_its_paired_seeds():
+    from stiefel_mini.experiments.lm.round3 import ROUND3, plan3
+
+    sweep = [{**p, "val_bpb": 1.6 + 0.01 * (p["scale_lr"] != 0.3) + 1e-3 * (p["seed"] == 101)}
+             for p in plan3(ROUND3, []).ready if p["arm"] == "stiefel_scale"]
+    assert lm_results.round3_runs({"runs": sweep[:-1]}, "stiefel_scale", "sweep") == {}  # not complete yet
+    paired = [{**p, "val_bpb": 1.55} for p in plan3(ROUND3, sweep).ready if p["phase"] == "paired"][:3]
+    payload = {"runs": sweep + paired}
+    got = lm_results.round3_progress(payload)
+    assert got["finished"] == {"sweep": 8, "paired": 3} and got["best"]["stiefel_scale"]["scale_lr"] == 0.3
+    assert got["sweep"]["stiefel_scale"][2] == (0.3, pytest.approx(1.6005), 2)
+    assert got["remaining"] == plan3(ROUND3, payload["runs"]).remaining
+    assert sorted(lm_results.round3_runs(payload, "stiefel_scale")) == [0, 1, 2]
+    assert {r["scale_lr"] for r in lm_results.round3_runs(payload, "stiefel_scale", "sweep").values()} == {0.3}
+    assert lm_results.round3_progress(None) == {"finished": {}, "remaining": 48.0, "best": {}, "sweep": {}}
+    with pytest.raises(ValueError, match="unknown arm"):
+        lm_results.round3_runs(payload, "stiefel")
