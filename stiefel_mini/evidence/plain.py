@@ -175,9 +175,10 @@ def language_model(q: dict, root: str | Path | None = None, named: bool = False)
     return text
 
 
-BOTTOM_LINE_QUESTIONS = ("lm_gain", "lm2_stiefel_adam")
-"""The reader's questions the intro's bottom line answers (StiefelAdam against AdamW, in each study);
-the others have their rows in the intro's table, and the chapter says them all."""
+BOTTOM_LINE_QUESTIONS = ("lm_gain", "lm2_stiefel_adam", "lm3_scale")
+"""The reader's questions the intro's bottom line answers (StiefelAdam against AdamW, in each study, the
+third's with its logit scale at an lr of its own), each once it has a paired seed; the others have their
+rows in the intro's table, and the chapter says them all."""
 
 
 def bottom_line(vs: list[dict], root: str | Path | None = None, questions: list[dict] = ()) -> list[str]:
