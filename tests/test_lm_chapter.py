@@ -383,3 +383,14 @@ def test_the_intros_bottom_line_says_the_third_study_once_it_has_a_paired_seed(r
         line = " ".join(plain.bottom_line(evidence.verdicts(root.parent), root=root.parent, questions=qs))
         assert ("With its logit scale at an lr of its own: StiefelAdam (own scale lr) ahead of AdamW with QK-norm on "
                 "16 of 16 seeds, by 0.020 bits per byte." in line) == said, line
+
+
+def test_the_advice_for_a_language_model_takes_the_third_studys_answer_with_the_seconds_beside_it(results3):
+    root = results3.parent
+    rows = plain.advice([evidence.evaluate(claim(k), root=root) for k in ("lm2_stiefel_adam", "lm2_stiefel_muon",
+                                                                          "lm3_scale")], root=root)
+    adam = rows[0]
+    assert adam["try"] == "StiefelAdam on the Q/K frames, its logit scale at an lr of its own, AdamW on the rest"
+    assert adam["measured"].startswith("StiefelAdam (own scale lr) ahead of AdamW with QK-norm on 16 of 16 seeds")
+    assert "; with the scale at AdamW's lr (the second study): StiefelAdam ahead of AdamW with QK-norm" in adam["measured"]
+    assert rows[1]["try"].startswith("StiefelMuon")  # the Muon family's row is the second study's

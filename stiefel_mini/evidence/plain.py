@@ -241,7 +241,9 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
     row in plain words (:func:`~stiefel_mini.evidence.words.row_phrase`) or a claim's phrase; with the
     language-model question among ``vs`` (:func:`stiefel_mini.evidence.judge.questions`), a row for
     a language model, what to try decided by Muon's row against AdamW; with the second study's, a row
-    per Stiefel arm against the better arm of its family, decided by its primary."""
+    per Stiefel arm against the better arm of its family, decided by its primary (StiefelAdam's by the
+    third study's, its logit scale at an lr of its own, once that has a paired seed, the second's
+    result beside it)."""
     gain, freeze = _of(vs, "cifar_gain"), _of(vs, "freezing")
     out = []
     if gain and gain["primary"]:
@@ -293,6 +295,13 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
                                                         "other hidden matrices")):
         v = _of(vs, key)
         r = v["primary"][0] if v and v["primary"] else None
+        measured = row_phrase(r) if r and r["n"] else ""
+        third = _of(vs, "lm3_scale") if key == "lm2_stiefel_adam" else None
+        if third and third["primary"] and third["primary"][0]["n"]:
+            measured = row_phrase(third["primary"][0]) + (
+                f"; with the scale at AdamW's lr (the second study): {measured}" if measured else "")
+            r, short = third["primary"][0], "StiefelAdam with its own scale lr"
+            arm = "StiefelAdam on the Q/K frames, its logit scale at an lr of its own, AdamW on the rest"
         if r and r["n"]:
             best = side_names(r)[1]
             resolved = judged(r)[1]
@@ -300,5 +309,5 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
                                      "QK-norm, warm-up and lr tuned)",
                         "try": arm if resolved and r["wins"] > r["losses"] else
                                best if resolved else f"{best} ({short} made no clear difference against it)",
-                        "measured": row_phrase(r), "regime": plain_regime(r["regime"])})
+                        "measured": measured, "regime": plain_regime(r["regime"])})
     return out
