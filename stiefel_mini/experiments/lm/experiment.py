@@ -367,10 +367,15 @@ class _TokenizerArgs:
 
 def parse_args(argv: Sequence[str]) -> tuple:
     """What a command line asks for, checked, without running it: ``("tokenizer", args)``,
-    ``("study", args, base config)`` or ``("run", config, out)``."""
+    ``("study", args, base config)``, ``("round2" | "round3", args, base config)`` (:func:`.rounds.parse_args`)
+    or ``("run", config, out)``."""
     argv = list(argv)
     if argv and argv[0] == "tokenizer":
         return "tokenizer", parse_config(_TokenizerArgs, argv[1:])
+    if argv and argv[0] in ("round2", "round3"):
+        from stiefel_mini.experiments.lm import rounds  # it runs its studies through this module's study()
+
+        return rounds.parse_args(argv)
     if argv and argv[0] == "study":
         mine, rest = split_argv(argv[1:], _StudyArgs)
         base, _, _ = parse_cli(LMConfig, rest, presets=PRESETS, default_preset=STUDY.preset)
