@@ -375,6 +375,7 @@ def test_the_chapter_reports_the_third_study_against_the_second_studys_baselines
     # the invented round 3: entropy 3.9 -> 2.4, largest logit 1 -> 21; round 2's StiefelAdam 3.0 -> 2.4, 1 -> 13
     assert ("StiefelAdam (own scale lr)'s most peaked head ended 1.51 nats below uniform attention (StiefelAdam's "
             "1.51), its largest logit 21.0 times its start (13.0)." in page)
+    assert "How these numbers were made: results/lm/round3.json" in page
 
 
 def test_the_intros_bottom_line_says_the_third_study_once_it_has_a_paired_seed(results2, results3):
