@@ -5,7 +5,9 @@ responsive diagrams, the widgets' frames) and every widget lies inside the artic
 wider than it, and is not cut off by a box around it that hides or scrolls its overflow (the manifold
 widget's title once read "|norma..." at 400 px). Widgets are rendered from their saved state first.
 Every table of every page, its closed blocks opened, fits a 400 px screen without scrolling inside
-its own box (tables once ran past their box on five chapters with no cue).
+its own box (tables once ran past their box on five chapters with no cue), and no word or number in
+a table is broken unless it is wider than the column ("1024" once read "102 / 4" at 400 px): a table
+too wide for a phone becomes cards (book/_static/tables.js), each cell after its column's name.
 
 Run after ``bash scripts/build_book.sh``::
 
@@ -98,8 +100,13 @@ def test_the_check_sees_the_chapters_figures_and_widgets(visit):
 
 # Every table in the article, closed blocks opened first: whether its content runs past its own box
 # (a table scrolls sideways inside its box, a cue a reader on a phone may miss) or past the column.
-TABLES_JS = r"""() => {
-    document.querySelectorAll('article.bd-article details').forEach(d => { d.open = true; });
+OPEN_BLOCKS_JS = r"""
+    const closed = Array.from(document.querySelectorAll('article.bd-article details')).filter(d => !d.open);
+    const toggled = closed.map(d => new Promise(done => d.addEventListener('toggle', done, {once: true})));
+    closed.forEach(d => { d.open = true; });
+    await Promise.all(toggled);  // tables.js refits on each toggle, before the block's own listener
+"""
+TABLES_JS = r"""async () => {""" + OPEN_BLOCKS_JS + r"""
     const art = document.querySelector('article.bd-article');
     if (!art) return [];  // a page with no article (search.html while it loads)
     const col = art.getBoundingClientRect();
@@ -123,3 +130,61 @@ def test_the_table_check_sees_the_comparison_tables_in_closed_blocks(fresh_visit
     """The measurement opens the closed blocks: the appendix's comparison tables are counted."""
     tables = fresh_visit("book/how_we_test.html", 400).page.evaluate(TABLES_JS)
     assert sum(t["what"].startswith("evidence-table") for t in tables) >= 10, tables
+
+
+# Every word of every table cell (runs of text between spaces, hyphens, dashes and slashes, outside
+# typeset math), closed blocks opened: one laid out over two lines although it is narrower than the
+# column is broken. And the cards: each cell with text under a column name starts with that name.
+# The general index is left out: its entries are long names that break anywhere by design (book.css).
+BROKEN_JS = r"""async () => {""" + OPEN_BLOCKS_JS + r"""
+    const broken = [], unlabelled = [];
+    const art = document.querySelector('article.bd-article');
+    if (!art) return {broken, unlabelled, cards: 0};
+    const style = getComputedStyle(art);
+    const room = art.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const cells = art.querySelectorAll('table:not(.indextable) :is(td, th)');
+    for (const cell of Array.from(cells).filter(c => c.checkVisibility())) {
+        const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            if (node.parentElement.closest('mjx-container')) continue;
+            for (const m of node.data.matchAll(/[^\s\-\u2010-\u2014\/]+/g)) {
+                const range = document.createRange();
+                range.setStart(node, m.index);
+                range.setEnd(node, m.index + m[0].length);
+                const rects = Array.from(range.getClientRects()).filter(r => r.width > 0);
+                const width = rects.reduce((sum, r) => sum + r.width, 0);
+                if (new Set(rects.map(r => Math.round(r.top))).size > 1 && width <= room + 1)
+                    broken.push(`${m[0]} (${Math.round(width)} px, the column ${Math.round(room)} px)`);
+            }
+        }
+    }
+    const cards = Array.from(document.querySelectorAll('article.bd-article table.cards'));
+    for (const table of cards) {
+        const heads = Array.from(table.querySelectorAll('thead tr:last-child th')).map(th => th.innerText.trim());
+        for (const row of table.querySelectorAll('tbody tr')) Array.from(row.cells).forEach((cell, i) => {
+            const tag = cell.querySelector('.card-label');
+            const text = cell.innerText.trim();
+            if (heads[i] && text && !(tag && text.startsWith(tag.innerText.trim())))
+                unlabelled.push(`${heads[i]}: ${cell.innerText.slice(0, 30)}`);
+        });
+    }
+    return {broken, unlabelled, cards: cards.length};
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+@pytest.mark.parametrize("page", PAGES)
+def test_no_word_in_a_table_is_broken(fresh_visit, page, width):
+    """No word or number in a table breaks across lines unless wider than the column; cards are labelled."""
+    found = fresh_visit(page, width).page.evaluate(BROKEN_JS)
+    assert not found["broken"], f"{page} at {width} px: words broken inside table cells: {found['broken'][:10]}"
+    assert not found["unlabelled"], f"{page} at {width} px: card cells without their column's name: " \
+                                    f"{found['unlabelled'][:10]}"
+    if width > 640:
+        assert found["cards"] == 0, f"{page} at {width} px: {found['cards']} tables shown as cards"
+
+
+def test_a_table_too_wide_for_a_phone_becomes_cards(fresh_visit):
+    """The grokking chapter's arms table (four columns of prose) stacks as cards at 400 px only."""
+    found = fresh_visit("book/grokking.html", 400).page.evaluate(BROKEN_JS)
+    assert found["cards"] >= 1, found
