@@ -12,6 +12,7 @@ reads the results file and prints what is left, running nothing. Usage::
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from pathlib import Path
 from typing import Sequence
 
@@ -23,7 +24,7 @@ from stiefel_mini.experiments.lm.round2 import ROUND2, budget, plan2
 from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.runner import parse_cli
 
-__all__ = ["ROUNDS", "parse_args", "main"]
+__all__ = ["ROUNDS", "measured_minutes_per_run", "parse_args", "main"]
 
 ROUNDS = ("round2", "round3")
 """The commands this module answers."""
@@ -52,6 +53,16 @@ def parse_args(argv: Sequence[str]) -> tuple[str, _Round2Args, LMConfig]:
     return kind, parse_config(cls, mine), base
 
 
+def measured_minutes_per_run(runs: Sequence[dict], steps: int = 800) -> tuple[float, int] | None:
+    """The pace the finished ``runs`` kept: median wall-clock minutes per ``steps`` steps, and how many.
+
+    ``median_r(wall_time_s_r / steps_r) * steps / 60`` over the runs that record both; None if none does.
+    The plan's ``minutes_per_run`` is an estimate for an idle core; this is what the machine that ran
+    them took, with its other worker and anything else it ran at the time."""
+    paces = [r["wall_time_s"] / r["steps"] for r in runs if r.get("wall_time_s") and r.get("steps")]
+    return (statistics.median(paces) * steps / 60, len(paces)) if paces else None
+
+
 def main(argv: Sequence[str]) -> None:
     """Run the study ``argv`` names, or print its plan and what is left (``--dry_run true``)."""
     kind, args, base = parse_args(argv)
@@ -65,9 +76,12 @@ def main(argv: Sequence[str]) -> None:
                   f"{b['cpu_hours']:.1f} CPU hours at {args.minutes_per_run:g} min per run, before any grid grows")
         else:
             state = round3.plan3(round3.ROUND3, runs)
+        pace = measured_minutes_per_run(runs)
+        measured = (f", {state.remaining * pace[0] / 60:.1f} at the {pace[0]:.1f} min per 800 steps its "
+                    f"{pace[1]} finished runs took (median)" if pace else "")
         print(f"{args.out}: {len(runs)} runs finished; left: {state.remaining:g} 800-step equivalents, about "
-              f"{state.remaining * args.minutes_per_run / 60:.1f} CPU hours; ready now: {len(state.ready)} runs"
-              + (f", first {state.ready[0]}" if state.ready else ""))
+              f"{state.remaining * args.minutes_per_run / 60:.1f} CPU hours at {args.minutes_per_run:g} min per run"
+              f"{measured}; ready now: {len(state.ready)} runs" + (f", first {state.ready[0]}" if state.ready else ""))
         return
     sched = round2_run.schedule(ROUND2) if kind == "round2" else round3.schedule(round3.ROUND3)
     try:

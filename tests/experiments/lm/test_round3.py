@@ -90,3 +90,18 @@ def test_the_command_line_reads_its_own_results_file_and_refuses_another_command
     out.write_text(json.dumps({"runs": done}))
     rounds.main(["round3", "--dry_run", "true", "--out", str(out)])
     assert f"{out}: 2 runs finished; left: 46 800-step equivalents" in capsys.readouterr().out
+    timed = [{**done[0], "wall_time_s": 600.0}, {**done[1], "wall_time_s": 900.0}]  # 10 and 15 min
+    assert [r["steps"] for r in timed] == [800, 800]
+    out.write_text(json.dumps({"runs": timed}))
+    rounds.main(["round3", "--dry_run", "true", "--out", str(out)])
+    # 46 equivalents: 46 * 7.5 / 60 = 5.75 and 46 * 12.5 / 60 = 9.58 hours
+    assert ("about 5.8 CPU hours at 7.5 min per run, 9.6 at the 12.5 min per 800 steps its 2 finished runs "
+            "took (median)") in capsys.readouterr().out
+
+
+@pytest.mark.quick
+def test_the_measured_pace_is_the_median_minutes_per_800_steps_of_the_timed_runs():
+    runs = [{"steps": 800, "wall_time_s": 600.0}, {"steps": 2400, "wall_time_s": 3600.0},
+            {"steps": 800, "wall_time_s": 900.0}, {"steps": 800}]
+    assert rounds.measured_minutes_per_run(runs) == (15.0, 3)  # paces 10, 20, 15 min per 800 steps
+    assert rounds.measured_minutes_per_run([{"steps": 800}]) is None
