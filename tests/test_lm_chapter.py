@@ -254,6 +254,8 @@ def test_the_chapter_shows_the_second_study_answer_curves_logits_and_its_like(re
     assert ("**The second study**, against stronger baselines (test bits per byte): StiefelAdam ahead of AdamW with "
             "QK-norm on 16 of 16 seeds, by 0.010 bits per byte. With manifold Muon on the frames" in page)
     assert "has no paired seed yet" not in page and "No comparison of the second study" not in page
+    assert re.search(r"All \d+ of its runs have finished: \d+ sweep runs, \d+ runs on the paired seeds, \d+ "
+                     r"learning-rate checks at the longer length, \d+ long runs\.", page)
     assert figures >= 4  # the sweeps, both studies' curves, the logits and entropy
     assert "median and range over seeds 0-15 (the paired seeds)" in page
     # The invented curves: StiefelAdam's logit 1 -> 13 and entropy 3 -> 2.4, QK-norm's 1 -> 9 and 2.6, StiefelMuon's
@@ -312,6 +314,7 @@ def test_the_chapter_runs_on_a_second_study_whose_long_phase_has_begun(results2,
     assert not [o for o in outs if o.get("output_type") == "error"]
     page = " ".join(o.get("data", {}).get("text/markdown", "") for o in outs)
     assert "on 16 of 16 seeds" in page and "on 1 of 1 seeds (8 planned)" in page
+    assert re.search(r"Finished so far: [^.]*, 2 long runs, about \d\d% of its training\.", page)
 
 
 def test_the_second_study_sentence_names_plain_adamw_as_its_baseline():
@@ -368,7 +371,7 @@ def test_the_chapter_reports_the_third_study_against_the_second_studys_baselines
     assert not [o for o in outs if o.get("output_type") == "error"]
     page = " ".join(" ".join(o.get("data", {}).get("text/markdown", "") + BeautifulSoup(
         o.get("data", {}).get("text/html", ""), "html.parser").get_text(" ") for o in outs).split())
-    assert "Finished so far: 16 sweep runs, 32 runs on the paired seeds; 0 runs left." in page
+    assert "All 48 of its runs have finished: 16 sweep runs, 32 runs on the paired seeds." in page
     assert "With its logit scale at an lr of its own, StiefelAdam beats the better AdamW" in page
     assert "StiefelAdam (own scale lr) ahead of AdamW with QK-norm on 16 of 16 seeds" in page
     assert "| StiefelAdam (own scale lr) | 0.3 | 2 | 1.670 |" in page  # the sweep table's best row
