@@ -27,7 +27,8 @@ from stiefel_mini.resources import results_path
 __all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "THROUGHPUT2_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
            "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
            "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_runs", "round2_sweep_rows",
-           "sharpness", "ROUND3_FILE", "load_round3", "round3_runs", "round3_progress"]
+           "sharpness", "ROUND3_FILE", "load_round3", "round3_runs", "round3_progress", "PHASE_NAMES",
+           "progress_sentence"]
 
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
@@ -301,10 +302,11 @@ def round3_runs(payload: dict | None, arm: str, phase: str = "paired") -> dict[i
 
 
 def round3_progress(payload: dict | None) -> dict:
-    """Where round 3 stands: ``{"finished", "remaining", "best", "sweep"}``: finished runs per phase,
-    the runs left (:func:`~stiefel_mini.experiments.lm.round3.plan3`), each arm's best settings once its
-    sweep is complete, and per arm the sweep's mean validation bits per byte by ``scale_lr`` over the
-    seeds that have run (``None`` if one diverged), ``{arm: [(scale_lr, val_bpb, n)]}`` in increasing lr."""
+    """Where round 3 stands: ``{"finished", "done", "remaining", "best", "sweep"}``: finished runs per
+    phase, the finished work and the runs left in runs of ``ROUND3.steps``
+    (:func:`~stiefel_mini.experiments.lm.round3.plan3`), each arm's best settings once its sweep is
+    complete, and per arm the sweep's mean validation bits per byte by ``scale_lr`` over the seeds that
+    have run (``None`` if one diverged), ``{arm: [(scale_lr, val_bpb, n)]}`` in increasing lr."""
     runs = payload["runs"] if payload else []
     state = plan3(ROUND3, runs)
     finished: dict[str, int] = {}
@@ -315,4 +317,23 @@ def round3_progress(payload: dict | None) -> dict:
             sweep.setdefault(r["arm"], {}).setdefault(r["scale_lr"], []).append(r["val_bpb"])
     rows = {arm: [(lr, None if None in v else float(np.mean(v)), len(v)) for lr, v in sorted(by.items())]
             for arm, by in sweep.items()}
-    return {"finished": finished, "remaining": state.remaining, "best": state.best, "sweep": rows}
+    done = sum(r["steps"] / ROUND3.steps for r in runs)
+    return {"finished": finished, "done": done, "remaining": state.remaining, "best": state.best, "sweep": rows}
+
+
+PHASE_NAMES = {"sweep": "sweep runs", "paired": "runs on the paired seeds",
+               "check": "learning-rate checks at the longer length", "long": "long runs"}
+"""How the chapter names the runs of each ``phase`` of the second and third studies."""
+
+
+def progress_sentence(progress: dict) -> str:
+    """How far a study has run, in one sentence, from :func:`round2_progress` or :func:`round3_progress`.
+
+    ``"All 48 of its runs have finished: 16 sweep runs, 32 runs on the paired seeds."`` once nothing is
+    left, else ``"Finished so far: 8 sweep runs, about 17% of its training."``, the share being
+    ``done / (done + remaining)`` in runs of the study's short length."""
+    done = ", ".join(f"{n} {PHASE_NAMES[phase]}" for phase, n in progress["finished"].items()) or "no run"
+    if not progress["remaining"]:
+        return f"All {sum(progress['finished'].values())} of its runs have finished: {done}."
+    share = progress["done"] / (progress["done"] + progress["remaining"])
+    return f"Finished so far: {done}, about {share:.0%} of its training."

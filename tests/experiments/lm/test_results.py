@@ -150,6 +150,17 @@ def test_round2_progress_counts_phases_and_the_work_left():
     assert got["best"] == {} and got["better"] == {}
 
 
+def test_the_progress_sentence_says_finished_only_when_nothing_is_left():
+    going = {"finished": {"sweep": 8, "long": 2}, "done": 14.0, "remaining": 6.0}
+    assert lm_results.progress_sentence(going) == (
+        "Finished so far: 8 sweep runs, 2 long runs, about 70% of its training.")
+    assert lm_results.progress_sentence({"finished": {}, "done": 0, "remaining": 48.0}) == (
+        "Finished so far: no run, about 0% of its training.")
+    done = {"finished": {"sweep": 16, "paired": 32}, "done": 48.0, "remaining": 0}
+    assert lm_results.progress_sentence(done) == (
+        "All 48 of its runs have finished: 16 sweep runs, 32 runs on the paired seeds.")
+
+
 def test_round2_runs_are_a_phases_runs_or_the_sweep_at_the_arms_best():
     grid = [(lr, wu) for lr in (1e-3, 2e-3, 4e-3) for wu in (0.05, 0.25)]
     score = {(2e-3, 0.25): 1.5}  # the best, inside the lr axis, so the grid does not grow
@@ -214,6 +225,7 @@ def test_round3_progress_and_runs_read_its_sweep_and_its_paired_seeds():
     assert got["remaining"] == plan3(ROUND3, payload["runs"]).remaining
     assert sorted(lm_results.round3_runs(payload, "stiefel_scale")) == [0, 1, 2]
     assert {r["scale_lr"] for r in lm_results.round3_runs(payload, "stiefel_scale", "sweep").values()} == {0.3}
-    assert lm_results.round3_progress(None) == {"finished": {}, "remaining": 48.0, "best": {}, "sweep": {}}
+    assert lm_results.round3_progress(None) == {"finished": {}, "done": 0, "remaining": 48.0, "best": {}, "sweep": {}}
+    assert got["done"] == 11  # 11 runs of the study's 800 steps
     with pytest.raises(ValueError, match="unknown arm"):
         lm_results.round3_runs(payload, "stiefel")
