@@ -32,15 +32,17 @@ class ConvertedLayer:
     kv_heads: int | None = None  # key heads (fewer than num_heads under grouped-query attention)
     qk_gain: float | None = None
     logit_scale: str = "fixed"
+    scale_start: str = "keep"  # "keep" (the scale the polar map removed) or "unit", for a learned scale
 
     @property
     def logit_factor(self) -> float | None:
         """The factor by which the conversion multiplies this layer's logits.
 
-        ``1 / qk_gain`` with ``logit_scale="fixed"``, ``1.0`` with ``"learned"`` (the scale absorbs
-        the gain), ``None`` when unknown (``nn.MultiheadAttention`` with ``"fixed"``).
+        ``1 / qk_gain`` with ``logit_scale="fixed"`` or a learned scale started at unit temperature
+        (``scale_start="unit"``), ``1.0`` with a learned scale that keeps the model's (the scale
+        absorbs the gain), ``None`` when unknown (``nn.MultiheadAttention``'s gain is not recorded).
         """
-        if self.logit_scale == "learned":
+        if self.logit_scale == "learned" and self.scale_start == "keep":
             return 1.0
         return None if self.qk_gain is None else 1 / self.qk_gain
 
@@ -53,6 +55,8 @@ class ConvertedLayer:
         """How the logit scale is handled, in a few words."""
         if not stiefel:
             return "unchanged"
+        if self.logit_scale == "learned" and self.scale_start == "unit":
+            return "learned, starts at unit" + ("" if self.qk_gain is None else f": logits x{self.logit_factor:.3g}")
         if self.logit_scale == "learned":
             return "learned" if self.qk_gain is None else f"learned, starts x{self.qk_gain:.3g}"
         return "fixed" if self.qk_gain is None else f"fixed: logits x{self.logit_factor:.3g}"
@@ -107,6 +111,14 @@ class ConversionReport:
             lines.append(
                 f"  {self.num_frames} frames; V, output projections, biases and norms copied unchanged"
             )
+            learned = sorted({layer.scale_start for layer in self.layers if layer.logit_scale == "learned"})
+            if learned == ["keep"]:
+                lines.append("  learned logit scale, scale_start='keep': each head's scale starts at the size the polar "
+                             "map removed, so the model computes what it computed before (for a trained model)")
+            elif learned == ["unit"]:
+                lines.append("  learned logit scale, scale_start='unit': each head starts at unit temperature, the "
+                             "scale of orthonormal frames (for a model trained from scratch); its logits change by "
+                             "the factor shown")
             factors = [layer.logit_factor for layer in self.layers
                        if layer.qk_gain is not None and layer.logit_scale == "fixed"]
             if factors:

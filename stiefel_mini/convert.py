@@ -36,9 +36,11 @@ layers are recognised by their class's module and their attributes.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 
+import torch
 from torch import nn
 
 from .attention import LOGIT_SCALES
@@ -48,7 +50,7 @@ from .mha import StiefelMultiheadAttention
 from .groups import FrameHolder
 from .projection import FrameProjection, mean_gain
 
-__all__ = ["convert_attention", "SUPPORTED", "convert_adapted", "find_adapted", "unread_attention",
+__all__ = ["convert_attention", "SCALE_STARTS", "SUPPORTED", "convert_adapted", "find_adapted", "unread_attention",
            "HOME_BUILT_PAIRS", "HEAD_COUNT_NAMES", "ROUTE"]
 
 HOME_BUILT_PAIRS = {"q_proj": "k_proj", "query": "key", "q": "k", "wq": "wk", "to_q": "to_k"}
@@ -252,6 +254,21 @@ def unread_attention(model: nn.Module) -> list[str]:
     return found
 
 
+@torch.no_grad()
+def _unit_scales(modules: list[nn.Module]) -> None:
+    """Start the learned logit scale of each module this conversion made at unit temperature:
+    ``tau = 0`` on a projection (``s = 1`` on each of Q and K), ``tau = log(1 / sqrt(head_dim))`` in a
+    :class:`~stiefel_mini.mha.StiefelMultiheadAttention` (its ``s_h`` carries the ``1 / sqrt(d)``)."""
+    for m in modules:
+        if isinstance(m, FrameProjection):
+            for seg in m.heads:
+                scale = getattr(m, f"{seg}_log_scale")
+                if scale is not None:
+                    scale.zero_()
+        elif isinstance(m, StiefelMultiheadAttention) and m.log_scale is not None:
+            m.log_scale.fill_(-0.5 * math.log(m.head_dim))
+
+
 def _converted_before(model: nn.Module) -> dict[tuple[bool, str], int]:
     """``{(stiefel, logit_scale): how many}`` of the layers an earlier :func:`convert_attention` made."""
     counts: dict[tuple[bool, str], int] = {}
@@ -290,8 +307,13 @@ def convert_adapted(model: nn.Module, *, stiefel: bool, logit_scale: str,
     return layers, notes
 
 
+SCALE_STARTS = ("keep", "unit")
+"""Where a learned logit scale starts (:func:`convert_attention`'s ``scale_start``)."""
+
+
 def convert_attention(
-    model: nn.Module, *, stiefel: bool = True, logit_scale: str = "fixed", num_heads: int | None = None
+    model: nn.Module, *, stiefel: bool = True, logit_scale: str = "fixed", num_heads: int | None = None,
+    scale_start: str | None = None,
 ) -> ConversionReport:
     """Give every attention layer of ``model`` Stiefel query/key frames, in place.
 
@@ -312,9 +334,18 @@ def convert_attention(
     closest frame in Frobenius norm); V,
     output projections, biases, norms, dropout, device, dtype and train/eval mode are kept. With
     ``stiefel=False`` the weights are copied exactly and the model computes what it computed before.
-    ``logit_scale="learned"`` gives each head a learned scale started at the logit scale the polar
-    map removed (for the timm / Hugging Face layers: per head, the mean singular value of its Q and of
-    its K block); ``"fixed"`` keeps the model's own ``1 / sqrt(d_head)``, and the report says by which
+    ``logit_scale="learned"`` gives each head a learned scale ``s_h = exp(tau_h)``. Where it starts is
+    ``scale_start``: ``"keep"`` (the default, for a trained model) starts it at the logit scale the
+    polar map removed (for the timm / Hugging Face layers: per head, the mean singular value of its Q
+    and of its K block), so the model computes what it computed before; ``"unit"`` (for a model about
+    to be trained from scratch) starts every head at unit temperature, the scale of orthonormal
+    frames under the model's own ``1 / sqrt(d_head)`` (``tau_h = 0`` on a converted projection), which
+    is where a freshly built :class:`~stiefel_mini.attention.StiefelSelfAttention` starts too. A
+    randomly initialised GPT-2 of width 256 has head blocks of singular values near 0.3, so
+    ``"keep"`` would start its attention logits about ten times smaller than unit frames', close to
+    uniform attention, a handicap for training from scratch that the language-model studies
+    measured. ``"fixed"`` keeps the model's own ``1 / sqrt(d_head)`` (unit temperature, so
+    ``scale_start="keep"`` is refused with it), and the report says by which
     factor that multiplies each layer's logits (above 1 where the weights' singular values were
     below 1, as in a freshly initialised model). A module shared by several parents is converted once and stays
     shared. ``nn.TransformerEncoder`` modules holding converted layers get
@@ -336,6 +367,7 @@ def convert_attention(
         logit_scale: ``"fixed"`` or ``"learned"`` (above).
         num_heads: the head count of home-built layers that declare none; a layer that declares
             another raises ``ValueError``.
+        scale_start: ``"keep"`` or ``"unit"`` (above); ``None`` is ``"keep"`` for a learned scale.
 
     Returns:
         A :class:`~stiefel_mini.conversion_report.ConversionReport`; ``print`` it to see what changed.
@@ -358,6 +390,12 @@ def convert_attention(
         )
     if logit_scale not in LOGIT_SCALES:
         raise ValueError(f"logit_scale must be one of {list(LOGIT_SCALES)}; got {logit_scale!r}")
+    if scale_start is not None and scale_start not in SCALE_STARTS:
+        raise ValueError(f"scale_start must be one of {list(SCALE_STARTS)}; got {scale_start!r}")
+    if scale_start == "keep" and logit_scale == "fixed":
+        raise ValueError("scale_start='keep' needs a learned scale to keep the model's logit size in: pass "
+                         "logit_scale='learned', or leave scale_start out (a fixed scale is the unit one)")
+    scale_start = scale_start or ("keep" if logit_scale == "learned" else "unit")
     if num_heads is not None and (not isinstance(num_heads, int) or num_heads <= 0):
         raise ValueError(f"num_heads must be a positive int (the head count of home-built layers); got {num_heads!r}")
     before = _converted_before(model)
@@ -370,6 +408,7 @@ def convert_attention(
             f"convert a freshly built (or loaded) model with stiefel={stiefel}, logit_scale={logit_scale!r}, "
             "or call it with the options above"
         )
+    existing = {id(m) for m in model.modules()}
     adapted, notes = convert_adapted(model, stiefel=stiefel, logit_scale=logit_scale, num_heads=num_heads)
     mark_adamw_params(model)  # StiefelMuon trains the embeddings and the output head with AdamW
     report = ConversionReport(stiefel=stiefel, layers=adapted, notes=notes, kept=sum(before.values()))
@@ -390,7 +429,8 @@ def convert_attention(
             d_q, d_k = new.load_from_torch(child)
             converted[id(child)] = new
             report.layers.append(
-                ConvertedLayer(name, new.embed_dim, new.num_heads, tuple(new.q_weight.shape[1:]), d_q, d_k)
+                ConvertedLayer(name, new.embed_dim, new.num_heads, tuple(new.q_weight.shape[1:]), d_q, d_k,
+                               logit_scale=logit_scale)
             )
         else:
             report.notes.append(f"{name} is the same module as an earlier one; kept shared")
@@ -400,6 +440,11 @@ def convert_attention(
             if any(isinstance(m, StiefelMultiheadAttention) for m in module.modules()):
                 module.use_nested_tensor = False
                 report.notes.append(f"{name or 'model'}.use_nested_tensor set to False")
+    if logit_scale == "learned":
+        for layer in report.layers:
+            layer.scale_start = scale_start
+        if scale_start == "unit":
+            _unit_scales([m for m in model.modules() if id(m) not in existing])
     unread = unread_attention(model)
     if unread:
         message = (f"not converted: {', '.join(unread)}: attention whose Q/K projection convert_attention "

@@ -25,12 +25,28 @@ from torch import Tensor, nn
 from . import _distributed as _dt
 from .geometry import orthogonality_error
 
-__all__ = ["param_groups", "frame_parameters", "qk_parameters", "mark_frame", "is_frame", "FrameHolder",
-           "CHECK_EVERY", "off_manifold_tolerance"]
+__all__ = ["param_groups", "frame_parameters", "qk_parameters", "logit_scale_parameters", "mark_frame", "is_frame",
+           "FrameHolder", "CHECK_EVERY", "DEFAULT_SCALE_LR", "off_manifold_tolerance"]
 
 # The mark is an attribute of the tensor: FSDP2 rebuilds each parameter as a plain DTensor, which a
 # Parameter subclass would not survive, while its owner re-marks it on assignment (FrameHolder).
 _MARK = "_stiefel_frame"
+
+DEFAULT_SCALE_LR = 0.3
+r"""The default lr of the ``"scale"`` group of :func:`param_groups`: Adam's step on each learned
+log-scale ``tau_h`` of a head's logit scale ``s_h = exp(tau_h)``, whatever the other groups' lr.
+
+A frame has every singular value 1, so a head's attention can sharpen only through ``s_h``; at
+AdamW's usual lr (2e-3) Adam moves ``tau`` by at most about 1.6 over an 800-step run, and
+attention stays near uniform (the language-model chapter). Measured on the language model's sweep
+seeds 100-101 (GPT-2, 4 layers, width 256, 800 steps, the third study of ``results/lm/round3.json``,
+StiefelAdam and StiefelMuon each with every other setting at its best), validation bits per byte
+for scale lr 0.03 / 0.1 / 0.3 / 1.0: StiefelAdam 1.646 / 1.635 / 1.623 / 1.660, StiefelMuon best at
+0.3 too; none diverged, so 0.1 and 1.0 (about 3x below and above) are safe. Reproduce:
+``python -m stiefel_mini.experiments.lm study round3 --dry_run true`` lists the runs and
+``python -m stiefel_mini.evidence`` recomputes the comparison. Those runs started each scale at the
+converted model's own size (``scale_start="keep"``); the fourth study re-sweeps it from the unit start.
+"""
 
 CHECK_EVERY = 100
 """A :class:`FrameHolder` checks its frames at its first training-mode forward and every
@@ -179,12 +195,24 @@ def qk_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
     return _collect(model, "qk_weights")
 
 
+def logit_scale_parameters(model: nn.Module) -> Iterator[nn.Parameter]:
+    """Every learned logit scale in ``model``: the parameters registered under a name ending in
+    ``log_scale`` (``tau`` of ``s_h = exp(tau_h)``, ``(n_heads,)``; ``q_log_scale`` / ``k_log_scale``
+    of a converted projection), each once, frames excluded."""
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if name.rsplit(".", 1)[-1].endswith("log_scale") and id(p) not in seen and not is_frame(p):
+            seen.add(id(p))
+            yield p
+
+
 def param_groups(
     model: nn.Module,
     *,
     weight_decay: float | None = None,
     frame_options: dict[str, Any] | None = None,
     qk_options: dict[str, Any] | None = None,
+    scale_options: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Split a model's trainable parameters into named param groups for :class:`~stiefel_mini.optim.StiefelAdam`.
 
@@ -192,22 +220,32 @@ def param_groups(
       e.g. ``lr``);
     * ``"qk"``: Q/K weights of attention modules built with ``stiefel=False``, decayed like other
       weights unless ``qk_options`` says otherwise (e.g. ``{"weight_decay": 0.0}``);
+    * ``"scale"``: the learned logit scales ``tau_h`` of ``s_h = exp(tau_h)``
+      (:func:`logit_scale_parameters`), at an lr of their own (``lr`` =
+      :data:`DEFAULT_SCALE_LR`, 0.3, unless ``scale_options`` says otherwise) and no weight decay
+      (decay would pull every head's temperature towards ``s_h = 1``);
     * ``"decay"``: every other parameter with 2 or more dimensions (matrices, embeddings);
-    * ``"no_decay"``: biases, norm gains, temperatures and other 1-D or scalar parameters
-      (``weight_decay=0.0``).
+    * ``"no_decay"``: biases, norm gains and other 1-D or scalar parameters (``weight_decay=0.0``).
+
+    Why the scale has its own lr: a frame has every singular value 1, so a head's attention
+    temperature lives only in ``s_h``, and at an AdamW lr such as 2e-3 it can grow only about
+    ``exp(2 lr sum_t f_t)``-fold in a run (``f_t`` the schedule): attention stays near uniform.
+    :data:`DEFAULT_SCALE_LR` says how its default was measured.
 
     A group sets only what it must: ``weight_decay=None`` (the default) leaves ``"qk"`` and
     ``"decay"`` without a ``weight_decay`` key, so they take the optimizer's (``StiefelAdam(groups,
     weight_decay=0.1)`` decays them by 0.1), and any option not in ``frame_options`` / ``qk_options``
-    is the optimizer's default too. A frame's ``lr`` is the Frobenius length of its step, and a
-    frame ``lr`` above ``max_step`` (default 0.1) is cut back by the trust cap to steps of length
-    ``max_step``, so raising it (or a scheduler's peak lr) past the cap leaves the frames' steps
-    unchanged.
+    / ``scale_options`` is the optimizer's default too. A frame's ``lr`` is the Frobenius length of
+    its step, and a frame ``lr`` above ``max_step`` (default 0.1) is cut back by the trust cap to
+    steps of length ``max_step``, so raising it (or a scheduler's peak lr) past the cap leaves the
+    frames' steps unchanged.
 
+    Schedulers: a multiplicative scheduler (``LambdaLR``, ``CosineAnnealingLR``, ``LinearLR``...)
+    scales each group's own lr, so the frames and the scale keep their lr relative to the others'.
     A scheduler that sets every group's lr from one number (``OneCycleLR(opt, max_lr=1e-3)``,
-    ``CyclicLR`` with scalar bounds) gives the frames that AdamW lr too; pass one value per group
-    instead, e.g. ``max_lr=[0.01 if g["name"] == "frames" else 1e-3 for g in opt.param_groups]``
-    (multiplicative schedulers such as ``CosineAnnealingLR`` keep each group's own lr).
+    ``CyclicLR`` with scalar bounds) would give the frames and the scale that AdamW lr; pass one
+    value per group instead, e.g. ``max_lr=[{"frames": 0.01, "scale": 0.3}.get(g["name"], 1e-3) for
+    g in opt.param_groups]``.
 
     Frames are found by ``frames()`` (:func:`frame_parameters`) or by their mark (:func:`is_frame`).
     ``StiefelAdam`` would treat a marked frame as a frame in any group; this function gives the
@@ -215,11 +253,18 @@ def param_groups(
     the ``"frames"`` group is trained as ordinary weights (``stiefel`` is then an inert key).
 
     Empty groups are left out. Parameters with ``requires_grad=False`` are skipped, which is how a
-    frozen-frame baseline leaves its frames alone.
+    frozen-frame baseline leaves its frames alone. Raises ``ValueError`` when ``scale_options`` is
+    given but the model has no learned logit scale (build or convert it with
+    ``logit_scale="learned"``, or leave ``scale_options`` out).
     """
     frames = {id(p) for p in frame_parameters(model)} | {id(p) for p in model.parameters() if is_frame(p)}
     qk = {id(p) for p in qk_parameters(model)} - frames
-    buckets: dict[str, list[nn.Parameter]] = {"frames": [], "qk": [], "decay": [], "no_decay": []}
+    scales = {id(p) for p in logit_scale_parameters(model) if p.requires_grad} - frames - qk
+    if scale_options is not None and not scales:
+        raise ValueError("scale_options is given but the model has no trainable learned logit scale (a parameter "
+                         "named *log_scale): build or convert its attention with logit_scale='learned', or leave "
+                         "scale_options out")
+    buckets: dict[str, list[nn.Parameter]] = {"frames": [], "qk": [], "scale": [], "decay": [], "no_decay": []}
     for p in model.parameters():
         if not p.requires_grad:
             continue
@@ -227,6 +272,8 @@ def param_groups(
             buckets["frames"].append(p)
         elif id(p) in qk:
             buckets["qk"].append(p)
+        elif id(p) in scales:
+            buckets["scale"].append(p)
         elif p.dim() >= 2:
             buckets["decay"].append(p)
         else:
@@ -235,6 +282,7 @@ def param_groups(
     options = {
         "frames": {"stiefel": True, "weight_decay": 0.0, **(frame_options or {})},
         "qk": {**decay, **(qk_options or {})},
+        "scale": {"lr": DEFAULT_SCALE_LR, "weight_decay": 0.0, **(scale_options or {})},
         "decay": decay,
         "no_decay": {"weight_decay": 0.0},
     }

@@ -188,8 +188,8 @@ def test_unconstrained_module_has_the_same_init_and_puts_qk_in_its_own_group():
     assert a.frames() == [a.w_q, a.w_k] and b.frames() == []
     ga = {g["name"]: g for g in param_groups(a)}
     gb = {g["name"]: g for g in param_groups(b)}
-    assert set(ga) == {"frames", "decay", "no_decay"}
-    assert set(gb) == {"qk", "decay", "no_decay"}
+    assert set(ga) == {"frames", "scale", "decay", "no_decay"}
+    assert set(gb) == {"qk", "scale", "decay", "no_decay"}
     assert _ids(ga["frames"]["params"]) == _ids([a.w_q, a.w_k]) and ga["frames"]["stiefel"] is True
     assert _ids(gb["qk"]["params"]) == _ids([b.w_q, b.w_k]) and not gb["qk"].get("stiefel", False)
     # and a different seed gives a different init

@@ -398,3 +398,37 @@ def test_a_second_conversion_with_other_options_is_refused_naming_the_current_on
     assert all(torch.equal(a, b) for a, b in zip(frames, frame_parameters(model), strict=True))
     report = convert_attention(model, logit_scale="learned")  # the same options: nothing to do, and it says so
     assert report.layers == [] and "all 2 attention layer(s) were converted before with these options" in str(report)
+
+
+@pytest.mark.parametrize("name", [*MODELS, "torch_mha"])
+def test_a_learned_scale_started_at_unit_computes_what_the_fixed_scale_computes(name):
+    """``scale_start="unit"``: every head at unit temperature, the fixed ``1 / sqrt(d_head)`` on frames
+    (a fresh StiefelSelfAttention's start), so the two conversions of one model agree; "keep" does not."""
+    if name == "torch_mha":
+        build = lambda: nn.TransformerEncoderLayer(WIDTH, HEADS, 64, dropout=0.0, batch_first=True)  # noqa: E731
+        x, out = torch.randn(2, T, WIDTH, generator=torch.Generator().manual_seed(1)), lambda m, x: m(x)  # noqa: E731
+    else:
+        build, x, out = (lambda: MODELS[name][0]()), _inputs(name), (lambda m, x: _out(name, m, x))  # noqa: E731
+    outs, reports = {}, {}
+    for scale, start in (("fixed", None), ("learned", "unit"), ("learned", "keep")):
+        torch.manual_seed(0)
+        model = build().eval()
+        with torch.no_grad():
+            reports[start] = convert_attention(model, logit_scale=scale, scale_start=start)
+            outs[start] = out(model, x)
+    torch.testing.assert_close(outs["unit"], outs[None], rtol=1e-5, atol=1e-5)
+    if name != "timm_vit_qk_norm":  # there QK-norm sets the logits' size, whatever the scale of the frames
+        assert float((outs["keep"] - outs[None]).abs().max()) > 1e-3
+    assert "scale_start='unit'" in str(reports["unit"]) and "scale_start='keep'" in str(reports["keep"])
+    assert {layer.scale_start for layer in reports["unit"].layers} == {"unit"}
+
+
+def test_scale_start_is_checked():
+    with pytest.raises(ValueError, match="scale_start must be one of"):
+        convert_attention(_build("gpt2"), logit_scale="learned", scale_start="one")
+    with pytest.raises(ValueError, match="logit_scale='learned'"):
+        convert_attention(_build("gpt2"), scale_start="keep")
+    model = _build("gpt2")
+    report = convert_attention(model, logit_scale="learned")  # a trained model's default: keep
+    assert {layer.scale_start for layer in report.layers} == {"keep"}
+    assert all(layer.logit_factor == 1.0 for layer in report.layers)

@@ -41,15 +41,16 @@ def test_param_groups_names_and_contents():
         m, weight_decay=0.1, frame_options={"lr": 0.02, "max_step": 0.05}, qk_options={"weight_decay": 0.0}
     )
     by_name = {g["name"]: g for g in groups}
-    assert [g["name"] for g in groups] == ["frames", "qk", "decay", "no_decay"]
+    assert [g["name"] for g in groups] == ["frames", "qk", "scale", "decay", "no_decay"]
     a, a2 = m.attn, m.attn2
+    assert _ids(by_name["scale"]["params"]) == _ids([a.log_scale])
     assert _ids(by_name["frames"]["params"]) == _ids([a.w_q, a.w_k])
     assert _ids(by_name["qk"]["params"]) == _ids([a2.w_q, a2.w_k])
     assert _ids(by_name["decay"]["params"]) == _ids(
         [m.emb.weight, a.v_proj.weight, a.out_proj.weight, a2.v_proj.weight, a2.out_proj.weight, m.head.weight]
     )
     assert _ids(by_name["no_decay"]["params"]) == _ids(
-        [a.log_scale, a.v_proj.bias, a.out_proj.bias, m.norm.weight, m.norm.bias, m.head.bias]
+        [a.v_proj.bias, a.out_proj.bias, m.norm.weight, m.norm.bias, m.head.bias]
     )
     f = by_name["frames"]
     assert f["stiefel"] is True and f["weight_decay"] == 0.0 and f["lr"] == 0.02 and f["max_step"] == 0.05
@@ -107,7 +108,7 @@ def test_groups_without_weight_decay_take_the_optimizers():
     m = _Tiny()
     opt = StiefelAdam(param_groups(m, frame_options={"lr": 0.02}), lr=1e-3, weight_decay=0.1)
     got = {g["name"]: g["weight_decay"] for g in opt.param_groups}
-    assert got == {"frames": 0.0, "qk": 0.1, "decay": 0.1, "no_decay": 0.0}
+    assert got == {"frames": 0.0, "qk": 0.1, "scale": 0.0, "decay": 0.1, "no_decay": 0.0}
     # and the decay acts: one step on the decayed weights is torch.optim.AdamW's with weight_decay=0.1
     ref = copy.deepcopy(m)
     decayed = {g["name"]: g for g in param_groups(ref)}["decay"]["params"]
@@ -126,7 +127,8 @@ def test_weight_decay_given_to_param_groups_is_set_and_other_options_are_left_to
     groups = {g["name"]: g for g in param_groups(_Tiny(), weight_decay=0.05)}
     assert groups["decay"]["weight_decay"] == groups["qk"]["weight_decay"] == 0.05
     for g in groups.values():
-        assert not {"lr", "betas", "eps", "max_step"} & set(g), g.keys()
+        # the scale's lr is its own by design (test below); every other option is the optimizer's
+        assert not ({"betas", "eps", "max_step"} | ({"lr"} if g["name"] != "scale" else set())) & set(g), g.keys()
 
 
 def test_the_docstrings_say_what_a_frame_lr_above_the_cap_does():
@@ -290,3 +292,41 @@ def test_the_check_is_skipped_in_eval_mode_and_when_turned_off(monkeypatch):
     attn.eval()(torch.randn(1, 3, 8))
     with pytest.warns(UserWarning, match=r"StiefelSelfAttention\.w_q: a frame has left"):
         attn.train()(torch.randn(1, 3, 8))
+
+
+def test_learned_logit_scales_get_a_group_of_their_own_lr_without_decay():
+    from stiefel_mini.groups import DEFAULT_SCALE_LR
+
+    model = nn.Sequential(StiefelSelfAttention(16, 2, logit_scale="learned"), QKNormSelfAttention(16, 2),
+                          nn.LayerNorm(16))
+    groups = {g["name"]: g for g in param_groups(model, weight_decay=0.1)}
+    scales = [model[0].log_scale, model[1].log_scale]
+    assert [id(p) for p in groups["scale"]["params"]] == [id(p) for p in scales]
+    assert groups["scale"]["lr"] == DEFAULT_SCALE_LR != 1e-3 and groups["scale"]["weight_decay"] == 0.0
+    assert all(id(p) not in {id(s) for s in scales} for p in groups["no_decay"]["params"])
+    mine = {g["name"]: g for g in param_groups(model, scale_options={"lr": 0.05, "betas": (0.8, 0.9)})}
+    assert mine["scale"]["lr"] == 0.05 and mine["scale"]["betas"] == (0.8, 0.9)
+    # A multiplicative scheduler keeps the scale's lr in proportion to the others'.
+    opt = StiefelAdam(param_groups(model), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 ** s)
+    opt.step()
+    sched.step()
+    lrs = {g["name"]: g["lr"] for g in opt.param_groups}
+    assert lrs["scale"] == pytest.approx(0.5 * DEFAULT_SCALE_LR) and lrs["no_decay"] == pytest.approx(0.5e-3)
+
+
+def test_scale_options_without_a_learned_scale_is_refused():
+    with pytest.raises(ValueError, match="logit_scale='learned'"):
+        param_groups(StiefelSelfAttention(16, 2), scale_options={"lr": 0.1})
+
+
+@pytest.mark.parametrize("build", [
+    lambda: StiefelSelfAttention(32, 4, logit_scale="learned"),
+    lambda: make_attention(32, 4, logit_scale="learned"),
+    lambda: StiefelMultiheadAttention(32, 4, logit_scale="learned"),
+])
+def test_a_module_built_from_scratch_starts_at_unit_temperature(build):
+    """Unit temperature: the fixed ``1 / sqrt(d_head)`` of unit frames, whatever the seed."""
+    module = build()
+    scale = module.scale() if hasattr(module, "scale") else module.log_scale.exp()
+    torch.testing.assert_close(scale, torch.full((4,), 8 ** -0.5))

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from stiefel_mini.groups import param_groups, qk_parameters
+from stiefel_mini.groups import logit_scale_parameters, param_groups, qk_parameters
 from stiefel_mini.geometry import project
 from stiefel_mini.optim import StiefelAdam
 
@@ -197,6 +197,7 @@ def make_optimizer(
     frame_lr: float | None = None,
     max_step: float | None = 0.1,
     retraction: str = "polar",
+    scale_lr: float | None = None,
 ) -> torch.optim.Optimizer:
     """The optimizer of ``arm`` for ``model`` (built with ``arm_spec(arm).module_flags()``).
 
@@ -207,6 +208,9 @@ def make_optimizer(
             0 for StiefelAdam frames, where the optimizer ignores decay).
         frame_lr: lr of ``stiefel`` and ``adamw_polar`` frames (default ``lr``).
         max_step, retraction: StiefelAdam's trust cap and retraction for ``stiefel`` frames.
+        scale_lr: lr of the learned logit scales (the ``"scale"`` group); default ``lr``, the
+            setting the grokking and CIFAR-10 studies ran (the library's own default,
+            :data:`~stiefel_mini.groups.DEFAULT_SCALE_LR`, came later).
 
     The groups are :func:`~stiefel_mini.groups.param_groups` of the model with the Q/K group's
     options from :data:`QK_RULES` and the arm, unchanged. ``frozen`` and ``none`` arms need a model
@@ -227,5 +231,7 @@ def make_optimizer(
                for k, v in {**spec.rule.options, **spec.options}.items()}
     groups = param_groups(model, weight_decay=weight_decay,
                           frame_options=options if spec.rule.group == "frames" else None,
-                          qk_options=options if spec.rule.group == "qk" else None)
+                          qk_options=options if spec.rule.group == "qk" else None,
+                          scale_options=({"lr": lr if scale_lr is None else scale_lr}
+                                         if any(p.requires_grad for p in logit_scale_parameters(model)) else None))
     return spec.rule.optimizer(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
