@@ -9,8 +9,8 @@
 #   bash scripts/lm_study.sh collect          # copy the worktree's results file into results/lm/
 #
 # ROUND=2 in the environment works on the second study (results/lm/round2.json, the `round2` command,
-# its own state folder ../lm_round2), ROUND=3 on the third (round3); the default is the first
-# (results/lm/study.json).
+# its own state folder ../lm_round2), ROUND=3 on the third (round3), ROUND=4 on the fourth (`study
+# round4`, results/lm/round4.json); the default is the first (results/lm/study.json).
 #
 # A clean worktree keeps every run's `git_dirty` false while this checkout changes; its results file
 # starts as a copy of the committed one, so the study resumes where the last session stopped.
@@ -19,6 +19,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 if [[ "${ROUND:-1}" == "2" || "${ROUND:-1}" == "3" ]]; then
   STATE="$ROOT/../lm_round$ROUND"; FILE=results/lm/round$ROUND.json; SUB=round$ROUND
+elif [[ "${ROUND:-1}" == "4" ]]; then
+  STATE="$ROOT/../lm_round4"; FILE=results/lm/round4.json; SUB="study round4"
 else
   STATE="$ROOT/../lm_study"; FILE=results/lm/study.json; SUB=study
 fi
@@ -49,8 +51,9 @@ if [[ "$cmd" == "start" ]]; then
   printf '\n%s %s at %s\n' "$START_MARK" "$(date -u +%FT%TZ)" "$commit" >> "$STATE/log"
   # setsid: a process group of its own (its leader writes its id), so that one signal reaches the
   # study and its workers: kill -STOP -<pgid> pauses them, kill -CONT -<pgid> resumes.
+  # $SUB is one word ("round2") or two ("study round4"): left unquoted on purpose.
   (cd "$wt" && PYTHONPATH="$wt" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid bash -c \
-     'echo $$ > "$1"; exec nice -n 10 .venv/bin/python -m stiefel_mini.experiments.lm "$3" --workers 2 --out "$2"' \
+     'echo $$ > "$1"; exec nice -n 10 .venv/bin/python -m stiefel_mini.experiments.lm $3 --workers 2 --out "$2"' \
      _ "$STATE/pgid" "$FILE" "$SUB" >> "$STATE/log" 2>&1 < /dev/null &)
   sleep 1
   echo "study started in $wt (process group $(cat "$STATE/pgid")); log: $STATE/log"
@@ -73,6 +76,6 @@ elif [[ "$cmd" == "collect" ]]; then
   cp "$wt/$FILE" "$FILE"
   echo "copied $wt/$FILE to $FILE"
 else
-  echo "usage: [ROUND=2|3] bash scripts/lm_study.sh start [COMMIT] | status | collect" >&2
+  echo "usage: [ROUND=2|3|4] bash scripts/lm_study.sh start [COMMIT] | status | collect" >&2
   exit 2
 fi

@@ -334,18 +334,13 @@ def convert_attention(
     closest frame in Frobenius norm); V,
     output projections, biases, norms, dropout, device, dtype and train/eval mode are kept. With
     ``stiefel=False`` the weights are copied exactly and the model computes what it computed before.
-    ``logit_scale="learned"`` gives each head a learned scale ``s_h = exp(tau_h)``. Where it starts is
-    ``scale_start``: ``"keep"`` (the default, for a trained model) starts it at the logit scale the
-    polar map removed (for the timm / Hugging Face layers: per head, the mean singular value of its Q
-    and of its K block), so the model computes what it computed before; ``"unit"`` (for a model about
-    to be trained from scratch) starts every head at unit temperature, the scale of orthonormal
-    frames under the model's own ``1 / sqrt(d_head)`` (``tau_h = 0`` on a converted projection), which
-    is where a freshly built :class:`~stiefel_mini.attention.StiefelSelfAttention` starts too. A
-    randomly initialised GPT-2 of width 256 has head blocks of singular values near 0.3, so
-    ``"keep"`` would start its attention logits about ten times smaller than unit frames', close to
-    uniform attention, a handicap for training from scratch that the language-model studies
-    measured. ``"fixed"`` keeps the model's own ``1 / sqrt(d_head)`` (unit temperature, so
-    ``scale_start="keep"`` is refused with it), and the report says by which
+    ``logit_scale="learned"`` gives each head a learned scale ``s_h = exp(tau_h)``, started by
+    ``scale_start``: ``"keep"`` (default; a trained model) at the scale the polar map removed (per
+    head, the mean singular value of its Q and of its K block), so the model computes what it did;
+    ``"unit"`` (a model trained from scratch) at unit temperature, orthonormal frames under the
+    model's ``1 / sqrt(d_head)``, where a new StiefelSelfAttention starts (a random GPT-2 of width 256
+    would otherwise start near uniform attention, logits about 10x smaller). ``"fixed"`` keeps the
+    model's own ``1 / sqrt(d_head)`` (unit temperature: ``"keep"`` is refused), and the report says by which
     factor that multiplies each layer's logits (above 1 where the weights' singular values were
     below 1, as in a freshly initialised model). A module shared by several parents is converted once and stays
     shared. ``nn.TransformerEncoder`` modules holding converted layers get

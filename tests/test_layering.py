@@ -176,3 +176,16 @@ def test_public_types_live_in_public_modules():
         where = getattr(obj, "__module__", "stiefel_mini")
         assert not any(part.startswith("_") for part in where.split(".")), (obj, where)
     assert type(convert.convert_attention(nn.Linear(2, 2))) is conversion_report.ConversionReport
+
+
+def test_the_evidence_layer_loads_no_language_model_runner():
+    """The evidence reads plans and results: importing it loads no module that builds or trains an arm."""
+    import subprocess
+    import sys
+
+    runners = ["stiefel_mini.experiments.lm." + m for m in ("experiment", "run_study", "arms", "model", "round2_run",
+                                                             "rounds", "round3")]
+    code = ("import sys, stiefel_mini.evidence, stiefel_mini.evidence.claims_lm4\n"
+            f"print([m for m in {runners!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

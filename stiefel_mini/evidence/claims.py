@@ -51,7 +51,9 @@ class Comparison:
     ``baseline_files``: files among ``files`` whose runs were made before this comparison was declared,
     as its fixed baseline (round 3 pairs its new arms with round 2's runs): they count toward its
     confirmation whatever their start, since no declaration can have chosen them, while every other run
-    must start after it (:func:`stiefel_mini.evidence.measure.confirming`).
+    must start after it (:func:`stiefel_mini.evidence.measure.confirming`); ``plan``: the declared
+    language-model study (:data:`stiefel_mini.experiments.lm.studies.STUDIES`) whose plan picks a
+    family's better arm (empty: the second study's rule).
     """
 
     label: str
@@ -75,6 +77,7 @@ class Comparison:
     chosen_on: tuple[int, ...] = ()
     reach: bool = False
     baseline_files: tuple[str, ...] = ()
+    plan: str = ""
 
 
 @dataclass(frozen=True)
@@ -427,8 +430,11 @@ AdamW-family arm on seeds 0-15; against ``stiefel``, and StiefelMuon's like pair
 
 
 def claim(key: str) -> Claim:
-    """The declared claim ``key`` (a :attr:`Claim.key` of :data:`CLAIMS`, :data:`LM_CLAIMS` or :data:`LM2_CLAIMS`)."""
-    for c in CLAIMS + LM_CLAIMS + LM2_CLAIMS:
+    """The declared claim ``key`` (a :attr:`Claim.key` of :data:`CLAIMS`, :data:`LM_CLAIMS`, :data:`LM2_CLAIMS`
+    or :data:`stiefel_mini.evidence.claims_lm4.LM4_CLAIMS`)."""
+    from stiefel_mini.evidence.claims_lm4 import LM4_CLAIMS  # it builds its comparisons from this module's types
+
+    for c in CLAIMS + LM_CLAIMS + LM2_CLAIMS + LM4_CLAIMS:
         if c.key == key:
             return c
     raise ValueError(f"no claim {key!r}; claims: {[c.key for c in CLAIMS]}")

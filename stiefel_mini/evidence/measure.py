@@ -14,6 +14,7 @@ from typing import Callable
 
 from stiefel_mini.evidence import compare, ledger, reach, runs
 from stiefel_mini.evidence.claims import FAMILY_ARMS, PAIRED_SETTINGS, Comparison
+from stiefel_mini.experiments.lm import plans, studies
 from stiefel_mini.experiments.lm.round2 import ROUND2, plan2, point_key
 
 __all__ = ["pooled", "family_arms", "compute", "confirming"]
@@ -56,7 +57,8 @@ def family_arms(comp: Comparison, root: Path | None = None) -> dict[str, str]:
     names = {x for x in (comp.a, comp.b) if x in FAMILY_ARMS}
     if not names:
         return {}
-    better = plan2(ROUND2, pooled(comp.files, root)[0]).better
+    pool = pooled(comp.files, root)[0]
+    better = plans.plan(studies.study(comp.plan), pool).better if comp.plan else plan2(ROUND2, pool).better
     return {n: better.get(FAMILY_ARMS[n], n) for n in names}
 
 

@@ -14,6 +14,7 @@ every run and resuming from it. Usage::
     python -m stiefel_mini.experiments.lm round2 --workers 2           # results/lm/round2.json
     python -m stiefel_mini.experiments.lm round3 --workers 2           # results/lm/round3.json
     python -m stiefel_mini.experiments.lm round2 --dry_run true        # its plan: runs and CPU hours
+    python -m stiefel_mini.experiments.lm study round4 --workers 2     # a declared study (.run_study)
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from stiefel_mini.experiments.records import (config_dict, cpu_description, json
 from stiefel_mini.experiments.runner import parse_cli, resume
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
 from stiefel_mini.geometry import orthogonality_error
-from stiefel_mini.groups import frame_parameters, qk_parameters
+from stiefel_mini.groups import frame_parameters, is_frame, qk_parameters
 
 Setup = Callable[[LMConfig, int], tuple[torch.nn.Module, list[torch.optim.Optimizer]]]
 """``setup(cfg, eot_id) -> (model, optimizers)``: how :func:`run` builds an arm."""
@@ -225,7 +226,8 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None, setup: Setup | None = 
         byte_sum += int(nbytes[y].sum())
         bar.update()
     bar.close()
-    frames = list(frame_parameters(model))
+    # frames held by this library's modules, and any other parameter marked as one (whole matrices)
+    frames = list({id(p): p for p in [*frame_parameters(model), *filter(is_frame, model.parameters())]}.values())
     gen_s = generator(cfg.seed, "sample")
     done = cfg.steps if diverged is None else diverged
     if diverged is not None:
@@ -398,6 +400,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         from stiefel_mini.experiments.lm import rounds
 
         rounds.main(argv)
+        return
+    if len(argv) > 1 and argv[0] == "study" and not argv[1].startswith("-"):
+        from stiefel_mini.experiments.lm import run_study  # it runs the declared studies through study()
+
+        run_study.main(argv)
         return
     kind, *parsed = parse_args(argv)
     if kind == "tokenizer":
