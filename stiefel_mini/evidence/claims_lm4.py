@@ -46,6 +46,7 @@ LM4_CLAIMS: tuple[Claim, ...] = (
                        for arm in ("stiefel", "stiefel_muon", "all_stiefel")
                        for m, u in (("max_logit", "logit"), ("min_entropy", "nats")))),
           scale_note="a 4-layer GPT-2 of width 256 trained for 4.9M tokens on a CPU",
+          declared="a2f5f71",
           short="language model 4, stiefel − better AdamW"),
     Claim("lm4_stiefel_muon", "Trained as the library recommends, StiefelMuon (manifold Muon on the Q/K frames) "
           "beats the better Muon (with or without QK-norm) at 2,400 steps", "not claimed", "language_model", "size",
@@ -53,6 +54,7 @@ LM4_CLAIMS: tuple[Claim, ...] = (
           primaries=((_lm4("stiefel_muon − better of muon / muon_qknorm, 2,400 steps, test bits per byte",
                            "muon_family", "stiefel_muon"),),),
           scale_note="a 4-layer GPT-2 of width 256 trained for 4.9M tokens on a CPU",
+          declared="a2f5f71",
           short="language model 4, stiefel_muon − better Muon"),
     Claim("lm4_all_stiefel", "Every hidden matrix on the Stiefel manifold (module-wise manifold Muon) beats the "
           "better Muon (with or without QK-norm) at 2,400 steps",
@@ -67,6 +69,7 @@ LM4_CLAIMS: tuple[Claim, ...] = (
                           "all_stiefel")),
           scale_note="a 4-layer GPT-2 of width 256 trained for 4.9M tokens on a CPU; the published result is "
                      "GPT-2 small, 50k iterations",
+          declared="a2f5f71",
           short="language model 4, all_stiefel − better Muon"),
 )
 """The fourth language-model study's questions (:data:`stiefel_mini.experiments.lm.studies.ROUND4`),
@@ -75,6 +78,7 @@ declared before any of its runs: three primaries in test bits per byte at 2,400 
 arm, ``stiefel_muon`` and ``all_stiefel`` against the better Muon-family arm; the published pair
 (``all_stiefel`` against plain ``muon``), the tokens each arm needs to reach the AdamW family's
 final validation value, and the largest logit and lowest entropy at the last evaluation are
-secondaries. Every arm's validation curve (``history``) is kept per run."""
+secondaries. Every arm's validation curve (``history``) is kept per run. Declared at ``a2f5f71``, the
+commit that declared the study; its runs start from a clean worktree at that commit."""
 
 

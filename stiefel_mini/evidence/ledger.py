@@ -173,10 +173,11 @@ def write(results: str | Path = CHECKOUT_RESULTS) -> Path:
     """Rewrite ``results/ledger.json``: the commit time of every claim's declaring commit and of
     every commit a run or sweep of an experiment's results file names, from git. ``ValueError`` if git lacks one."""
     from stiefel_mini.evidence.claims import CLAIMS, LM2_CLAIMS, LM_CLAIMS
+    from stiefel_mini.evidence.claims_lm4 import LM4_CLAIMS
 
     results = Path(results)
     repo = results.parent
-    wanted = {c.declared for c in CLAIMS + LM_CLAIMS + LM2_CLAIMS if c.declared} | set(_named_commits(results))
+    wanted = {c.declared for c in CLAIMS + LM_CLAIMS + LM2_CLAIMS + LM4_CLAIMS if c.declared} | set(_named_commits(results))
     commits, missing = {}, []
     for c in sorted(wanted):
         got = _git_time(c, repo)
