@@ -113,6 +113,8 @@ def test_the_readmes_ten_lines_run_and_train_the_scale_at_its_own_lr():
     import re
     from pathlib import Path
 
+    import torch
+
     from stiefel_mini.geometry import orthogonality_error
     from stiefel_mini.groups import DEFAULT_SCALE_LR
 
