@@ -37,14 +37,15 @@ r"""The default lr of the ``"scale"`` group of :func:`param_groups`: Adam's step
 log-scale ``tau_h`` of a head's logit scale ``s_h = exp(tau_h)``, whatever the other groups' lr.
 
 A frame has every singular value 1, so a head's attention can sharpen only through ``s_h``; at
-AdamW's usual lr (2e-3) Adam moves ``tau`` by at most about 1.6 over an 800-step run, and
-attention stays near uniform (the language-model chapter). Measured on the language model's sweep
+AdamW's usual lr (2e-3) a head's two scales (query and key) can together grow at most about
+5.6-fold over an 800-step run (``lm.model.scale_growth_bound``), and attention stays near uniform
+(the language-model chapter). Measured on the language model's sweep
 seeds 100-101 (GPT-2, 4 layers, width 256, 800 steps, the third study of ``results/lm/round3.json``,
 StiefelAdam and StiefelMuon each with every other setting at its best), validation bits per byte
 for scale lr 0.03 / 0.1 / 0.3 / 1.0: StiefelAdam 1.646 / 1.635 / 1.623 / 1.660, StiefelMuon best at
 0.3 too; none diverged, so 0.1 and 1.0 (about 3x below and above) are safe. Reproduce:
-``python -m stiefel_mini.experiments.lm study round3 --dry_run true`` lists the runs and
-``python -m stiefel_mini.evidence`` recomputes the comparison. Those runs started each scale at the
+``python -m stiefel_mini.experiments.lm round3 --workers 2`` (its sweep comes first; with
+``--dry_run true`` it reads what is stored); ``python -m stiefel_mini.evidence`` recomputes the comparison. Those runs started each scale at the
 converted model's own size (``scale_start="keep"``); the fourth study re-sweeps it from the unit start.
 """
 

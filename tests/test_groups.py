@@ -330,3 +330,23 @@ def test_a_module_built_from_scratch_starts_at_unit_temperature(build):
     module = build()
     scale = module.scale() if hasattr(module, "scale") else module.log_scale.exp()
     torch.testing.assert_close(scale, torch.full((4,), 8 ** -0.5))
+
+
+def test_the_default_scale_lr_is_the_measured_best_and_its_neighbours_train():
+    """DEFAULT_SCALE_LR against its measurement (the third language-model study's sweep, stored):
+    within 0.005 bits per byte of the best scale lr for each Stiefel arm, and the values about 3x
+    below and above it trained without diverging."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    from stiefel_mini.groups import DEFAULT_SCALE_LR
+
+    runs = json.loads((Path(__file__).resolve().parents[1] / "results/lm/round3.json").read_text())["runs"]
+    for arm in ("stiefel_scale", "stiefel_muon_scale"):
+        sweep = [r for r in runs if r["arm"] == arm and r["phase"] == "sweep"]
+        means = {v: statistics.mean(r["val_bpb"] for r in sweep if r["scale_lr"] == v)
+                 for v in {r["scale_lr"] for r in sweep}}
+        assert means[DEFAULT_SCALE_LR] - min(means.values()) <= 0.005, (arm, means)
+        near = [v for v in means if 2.5 <= max(v, DEFAULT_SCALE_LR) / min(v, DEFAULT_SCALE_LR) <= 3.5]
+        assert len(near) == 2 and all(r["diverged_at"] is None for r in sweep if r["scale_lr"] in near)
