@@ -62,7 +62,7 @@ def test_learned_scale_starts_at_the_mean_singular_value_and_brings_the_weight_c
     torch.testing.assert_close(learned.q_log_scale.exp(), torch.linalg.svdvals(blocks).mean(-1))
     torch.testing.assert_close(info["q"].gain, learned.q_log_scale.exp())
     assert torch.linalg.norm(learned.weight - w) < torch.linalg.norm(fixed.weight - w)
-    assert {g["name"] for g in param_groups(learned)} == {"frames", "decay", "no_decay"}
+    assert {g["name"] for g in param_groups(learned)} == {"frames", "scale", "decay", "no_decay"}
 
 
 def test_a_single_key_segment_replaces_a_k_proj():
