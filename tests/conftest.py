@@ -78,6 +78,7 @@ NOT_QUICK = {
     "tests/test_resources.py::test_wheel_carries_results_and_resolves_them_without_a_checkout": "builds a wheel",
     "tests/experiments/lm/test_arms.py::test_each_recipe_trains": "builds and trains a GPT-2 per recipe",
     "tests/experiments/lm/test_run_study.py::test_a_study_runs_to_its_end_and_resumes": "six tiny training runs",
+    "tests/test_manifold_muon_cap.py": "trains a tiny all_stiefel GPT-2 to capture its frames and momenta",
 }
 """What the quick tier leaves out besides the browser, slow and standalone tests: node-id prefixes (a file,
 or a test with all its parameters) and why. Each took more than 5 s on a loaded 2-core machine."""
