@@ -45,8 +45,8 @@ from torch import nn
 from stiefel_mini import StiefelAdam, StiefelMuon, convert_attention, mark_adamw_params
 from stiefel_mini.geometry import project
 from stiefel_mini.groups import is_frame, logit_scale_parameters, mark_frame, param_groups
-from stiefel_mini.experiments.lm.attention import QKNorm, add_qk_norm
 from stiefel_mini.experiments.config import replace
+from stiefel_mini.experiments.lm.attention import QKNorm, add_qk_norm
 from stiefel_mini.experiments.lm.config import LMConfig
 from stiefel_mini.experiments.lm.model import build_model, gpt2, make_optimizers, parameter_roles, split_logit_scales
 from stiefel_mini.experiments.lm.plans import RECIPES

@@ -3,9 +3,7 @@ fourth's: who trains what, at which lr, the unit start, and the whole-matrix fra
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,20 +17,12 @@ from stiefel_mini.experiments.lm.plans import RECIPES
 from stiefel_mini.experiments.records import cpu_description
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.groups import is_frame
+from tests.experiments.lm.test_studies import _check_script
 
 pytest.importorskip("transformers")
-ROOT = Path(__file__).resolve().parents[3]
 CFG = replace(PRESETS["tiny"], seed=3)
 POINT = {"lr": 2e-3, "warmup_frac": 0.05, "frame_lr": 0.05, "max_step": 1.0, "muon_lr": 0.02, "scale_lr": 0.07,
          "max_iter": 1, "per_head": False}
-
-
-def _check_script():
-    spec = importlib.util.spec_from_file_location("lm_plan_check", ROOT / "scripts" / "lm_plan_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 CHECK = _check_script()
 RECORDED = json.loads(CHECK.ARMS.read_text())
