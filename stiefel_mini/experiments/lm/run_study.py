@@ -131,7 +131,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not argv or argv[0] not in ("study", *ALIASES) or "-h" in argv or "--help" in argv:
         experiment.main(argv)
         return
-    s, args, base = parse_args(argv)
+    try:
+        s, args, base = parse_args(argv)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
     if args.dry_run:
         runs = load_results(args.out)["runs"] if Path(args.out).exists() else []
         state = plan(s, runs)
