@@ -4,10 +4,10 @@
     python benchmarks/lm_throughput.py --study 2 --per_head     # the second study's arms
     python benchmarks/lm_throughput.py --rounds 2 --steps 1     # a quick look
 
-Each arm's model and optimizers are those of the study (:mod:`stiefel_mini.experiments.lm.model`,
-preset ``cpu``: a converted GPT-2, 4 layers, width 256, batches of 16 x 128 tokens), built from one
-seed; ``--study 2`` times the second study's arms as it builds them
-(:func:`stiefel_mini.experiments.lm.round2_run.setup_for`; ``--per_head``: Muon on Q, K and V per head); a step is :func:`stiefel_mini.experiments.lm.experiment.train_step` (forward, backward, clipping, every
+Each arm's model and optimizers are those of the study, built by its recipe
+(:func:`stiefel_mini.experiments.lm.arms.setup_for`: ``r1_<arm>``, ``r2_<arm>`` for ``--study 2``,
+``--per_head``: Muon on Q, K and V per head; preset ``cpu``: a converted GPT-2, 4 layers, width 256,
+batches of 16 x 128 tokens), built from one seed; a step is :func:`stiefel_mini.experiments.lm.experiment.train_step` (forward, backward, clipping, every
 optimizer's step) on a fixed batch of random tokens (no corpus needed). Rounds are interleaved in
 alternating order at each thread count; a rate is the best round's, a ratio the median over rounds
 of the per-round ratio of step times to ``adamw``'s, with its range. ``--out PATH`` writes the times,
@@ -24,11 +24,10 @@ import torch
 
 from stiefel_mini.experiments import stats
 from stiefel_mini.experiments.config import replace
+from stiefel_mini.experiments.lm.arms import setup_for
 from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS
 from stiefel_mini.experiments.lm.experiment import train_step
-from stiefel_mini.experiments.lm.model import build_model, make_optimizers
-from stiefel_mini.experiments.lm.round2 import ARMS2
-from stiefel_mini.experiments.lm.round2_run import setup_for
+from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2
 from stiefel_mini.experiments.records import provenance, save_results
 
 
@@ -41,16 +40,14 @@ def time_steps(state: tuple, x: torch.Tensor, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-STUDIES = {1: list(LM_ARMS), 2: list(ARMS2)}
+STUDIES = {1: list(LM_ARMS), 2: [a for a, _ in ROUND2.arms]}
 """The arms of each study, the default ``--arms``."""
 
 
 def build(arm: str, cfg, study: int, per_head: bool) -> tuple:
     """``(model, optimizers)`` of ``arm`` as study ``study`` trains it."""
-    if study == 2:
-        return setup_for({"arm": arm, "per_head": per_head})(cfg, 0)
-    model = build_model(cfg)
-    return model, make_optimizers(model, cfg)
+    recipe = (ROUND1 if study == 1 else ROUND2).recipe(arm)
+    return setup_for(recipe, {"per_head": per_head})(cfg, 0)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -8,22 +8,24 @@
 #                                             # on since its last start), the log's last line
 #   bash scripts/lm_study.sh collect          # copy the worktree's results file into results/lm/
 #
-# ROUND=2 in the environment works on the second study (results/lm/round2.json, the `round2` command,
-# its own state folder ../lm_round2), ROUND=3 on the third (round3), ROUND=4 on the fourth (`study
-# round4`, results/lm/round4.json); the default is the first (results/lm/study.json).
+# ROUND=N in the environment works on the declared study roundN (stiefel_mini/experiments/lm/studies.py):
+# its results file (its `out`, results/lm/roundN.json), the command `study roundN`, its own state folder
+# ../lm_roundN. The first three studies run the command their results files store, which the commits
+# their runs name understand: ROUND=2 `round2`, ROUND=3 `round3`, and the default, the first study
+# (results/lm/study.json, ../lm_study), `study`.
 #
 # A clean worktree keeps every run's `git_dirty` false while this checkout changes; its results file
 # starts as a copy of the committed one, so the study resumes where the last session stopped.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-if [[ "${ROUND:-1}" == "2" || "${ROUND:-1}" == "3" ]]; then
-  STATE="$ROOT/../lm_round$ROUND"; FILE=results/lm/round$ROUND.json; SUB=round$ROUND
-elif [[ "${ROUND:-1}" == "4" ]]; then
-  STATE="$ROOT/../lm_round4"; FILE=results/lm/round4.json; SUB="study round4"
-else
-  STATE="$ROOT/../lm_study"; FILE=results/lm/study.json; SUB=study
-fi
+ROUND="${ROUND:-1}"
+[[ "$ROUND" =~ ^[0-9]+$ ]] || { echo "ROUND must be a study's number (1, 2, ...); got '$ROUND'" >&2; exit 2; }
+case "$ROUND" in
+  1) STATE="$ROOT/../lm_study"; FILE=results/lm/study.json; SUB=study ;;
+  2|3) STATE="$ROOT/../lm_round$ROUND"; FILE=results/lm/round$ROUND.json; SUB=round$ROUND ;;
+  *) STATE="$ROOT/../lm_round$ROUND"; FILE=results/lm/round$ROUND.json; SUB="study round$ROUND" ;;
+esac
 mkdir -p "$STATE"  # the worktree's name, the log and the process group, outside the checkout
 START_MARK="== study started"
 cmd="${1:-status}"
@@ -76,6 +78,6 @@ elif [[ "$cmd" == "collect" ]]; then
   cp "$wt/$FILE" "$FILE"
   echo "copied $wt/$FILE to $FILE"
 else
-  echo "usage: [ROUND=2|3|4] bash scripts/lm_study.sh start [COMMIT] | status | collect" >&2
+  echo "usage: [ROUND=N] bash scripts/lm_study.sh start [COMMIT] | status | collect" >&2
   exit 2
 fi

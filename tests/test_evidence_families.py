@@ -1,5 +1,5 @@
 """The round-2 primaries name a family's better arm (``adamw_family``, ``muon_family``): the evidence
-layer pairs each with the arm the declared rule (:func:`stiefel_mini.experiments.lm.round2.better_arm`)
+layer pairs each with the arm the declared rule (:func:`stiefel_mini.experiments.lm.plans.better_arm`)
 picked on the sweep seeds, and with no run before that arm is known."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 
 from stiefel_mini.evidence.claims import LM2_CLAIMS
 from stiefel_mini.evidence.measure import compute, family_arms
-from tests.experiments.lm.test_round2 import ROUND2, _drive, _score
+from stiefel_mini.experiments.lm.studies import ROUND2
+from tests.experiments.lm.test_studies import _drive, _score
 
 PRIMARY = {c.key: c.primaries[0][0] for c in LM2_CLAIMS}
 

@@ -183,9 +183,50 @@ def test_the_evidence_layer_loads_no_language_model_runner():
     import subprocess
     import sys
 
-    runners = ["stiefel_mini.experiments.lm." + m for m in ("experiment", "run_study", "arms", "model", "round2_run",
-                                                             "rounds", "round3")]
+    runners = ["stiefel_mini.experiments.lm." + m for m in ("experiment", "run_study", "arms", "model")]
     code = ("import sys, stiefel_mini.evidence, stiefel_mini.evidence.claims_lm4\n"
             f"print([m for m in {runners!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_language_model_modules_import_no_cycle():
+    """The studies are data (plans, studies) read by one runner (run_study): no module of the
+    language-model package imports, directly or through others, one that imports it back."""
+    lm = {m: {i for i in _imports(MODULES[m]) if i.startswith("stiefel_mini.experiments.lm.")} for m in MODULES
+          if m.startswith("stiefel_mini.experiments.lm.")}
+
+    def reach(m: str, seen: set[str]) -> set[str]:
+        for i in lm.get(m, ()):
+            if i not in seen:
+                seen.add(i)
+                reach(i, seen)
+        return seen
+    assert [m for m in lm if m in reach(m, set())] == []
+
+
+def test_the_book_reads_the_language_model_studies_through_plans_and_results():
+    """A chapter imports the studies' plans (lm.plans, lm.studies) and results (lm.results), never the
+    modules that run them or build their arms by recipe."""
+    import json
+
+    runners = ("stiefel_mini.experiments.lm.experiment", "stiefel_mini.experiments.lm.run_study",
+               "stiefel_mini.experiments.lm.arms")
+    found = []
+    for path in sorted((PACKAGE.parent / "book").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(cell["source"])
+            lines = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+            try:
+                tree = ast.parse(lines)
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                         if isinstance(node, ast.ImportFrom) else
+                         [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                found += [(path.name, n) for n in names if n in runners]
+    assert found == []
+

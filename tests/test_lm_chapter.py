@@ -1,7 +1,7 @@
 """The language-model question on a complete study: the evidence layer's known answers and the chapter's
 every cell, before the real study has paired seeds.
 
-The study is made by the study's own scheduler (:func:`stiefel_mini.experiments.lm.plan.plan`) with
+The study is made by the study's own plan (:func:`stiefel_mini.experiments.lm.plans.plan` of ``ROUND1``) with
 invented outcomes: each sweep is a bowl around a known best inside its grid, and on the paired seeds
 every arm sits a fixed offset from AdamW (StiefelAdam 0.02 bits per byte lower on all eight seeds,
 Muon 0.03, frozen frames 0.01 above StiefelAdam), so each comparison has one right answer. The
@@ -23,8 +23,8 @@ from bs4 import BeautifulSoup
 from stiefel_mini import evidence
 from stiefel_mini.evidence import plain
 from stiefel_mini.evidence.claims import claim
-from stiefel_mini.experiments.lm.config import STUDY
-from stiefel_mini.experiments.lm.plan import plan
+from stiefel_mini.experiments.lm.plans import plan
+from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2, ROUND3
 from stiefel_mini.resources import CHECKOUT_RESULTS
 from tests.counterfactual import execute_chapters
 
@@ -35,9 +35,14 @@ OFFSET = {"adamw": 0.0, "stiefel": -0.02, "muon": -0.03, "frozen": -0.01, "muon_
 """Each arm's validation bits per byte on a paired seed, minus AdamW's."""
 
 
+def _swept(arm: str) -> str:
+    """The setting the first study sweeps for ``arm`` (one stage of one axis)."""
+    return ROUND1.tuning(arm).stages[0][0][0]
+
+
 def _bpb(p: dict) -> float:
     if p["phase"] == "sweep":
-        swept = STUDY.sweep(p["arm"]).swept
+        swept = _swept(p["arm"])
         return 1.7 + 0.05 * math.log2(p[swept] / CENTRE[p["arm"]]) ** 2
     return 1.6 + 0.01 * p["seed"] + OFFSET[p["arm"]]
 
@@ -62,7 +67,7 @@ def complete_runs(template: dict) -> list[dict]:
         return {"val_bpb": _bpb(p), "test_bpb": _bpb(p) + 0.01,
                 "qk_step_mean": 0.1 if p["arm"] in ("adamw", "muon") else 0.004 if p["arm"] != "frozen" else 0.0,
                 "history": {**h, "val_bpb": [b + _bpb(p) - h["val_bpb"][-1] for b in h["val_bpb"]]}}
-    return invented(lambda runs: plan(STUDY, runs).ready, template, outcome)
+    return invented(lambda runs: plan(ROUND1, runs).ready, template, outcome)
 
 
 def results_with(folder: Path, name: str, complete) -> Path:
@@ -86,12 +91,12 @@ def results(tmp_path_factory) -> Path:
 
 def test_the_invented_study_is_complete_with_every_best_inside_its_grid(results):
     runs = json.loads((results / "lm" / "study.json").read_text())["runs"]
-    state = plan(STUDY, runs)
+    state = plan(ROUND1, runs)
     assert state.remaining == 0 and set(state.best) == set(CENTRE)
     for arm, best in state.best.items():
-        grid = state.grids[arm]
-        assert grid[0] < best[STUDY.sweep(arm).swept] < grid[-1], (arm, grid)
-    assert sum(r["phase"] == "seeds" for r in runs) == len(CENTRE) * len(STUDY.seeds)
+        grid = sorted({r[_swept(arm)] for r in runs if r["arm"] == arm and r["phase"] == "sweep"})
+        assert grid[0] < best[_swept(arm)] < grid[-1], (arm, grid)
+    assert sum(r["phase"] == "seeds" for r in runs) == len(CENTRE) * len(ROUND1.paired_seeds)
 
 
 def test_each_comparison_gives_its_known_answer(results):
@@ -190,8 +195,6 @@ def _bpb2(p: dict) -> float:
 def complete_runs2(template: dict) -> list[dict]:
     """Every run of round 2 as its scheduler asks for them, each a copy of ``template`` with the
     invented outcome (validation and test bits per byte, the curves, the largest logit and entropy)."""
-    from stiefel_mini.experiments.lm.round2 import ROUND2, plan2
-
     def outcome(p, h):
         n, top = len(h["step"]), LOGIT2[p["arm"]]
         logit = [1.0 + top * i / (n - 1) for i in range(n)]
@@ -201,7 +204,7 @@ def complete_runs2(template: dict) -> list[dict]:
         return {"val_bpb": _bpb2(p), "test_bpb": _bpb2(p) + 0.01, "max_logit": logit[-1], "min_entropy": entropy[-1],
                 "logit_scale": "learned" if p["arm"] in ("stiefel", "stiefel_muon") else None,
                 "history": {**h, "tokens": tokens, "val_bpb": curve, "max_logit": logit, "min_entropy": entropy}}
-    return invented(lambda runs: plan2(ROUND2, runs).ready, template, outcome)
+    return invented(lambda runs: plan(ROUND2, runs).ready, template, outcome)
 
 
 @pytest.fixture(scope="module")
@@ -211,10 +214,8 @@ def results2(tmp_path_factory) -> Path:
 
 
 def test_round2_gives_each_declared_comparison_its_known_answer(results2):
-    from stiefel_mini.experiments.lm.round2 import ROUND2, plan2
-
     runs = json.loads((results2 / "lm" / "round2.json").read_text())["runs"]
-    state = plan2(ROUND2, runs)
+    state = plan(ROUND2, runs)
     assert state.remaining == 0 and state.better == {"adamw": "adamw_qknorm", "muon": "muon"}
     got = {k: evidence.evaluate(claim(k), root=results2.parent) for k in ("lm2_stiefel_adam", "lm2_stiefel_muon",
                                                                         "lm2_long")}
@@ -340,8 +341,6 @@ OFFSET3 = {"stiefel_scale": -0.03, "stiefel_muon_scale": -0.07}
 @pytest.fixture(scope="module")
 def results3(results2, tmp_path_factory) -> Path:
     """The invented round 2 and a complete invented round 3 whose runs all started after its declaration."""
-    from stiefel_mini.experiments.lm.round3 import plan3, ROUND3
-
     out = tmp_path_factory.mktemp("lm3") / "results"
     shutil.copytree(results2, out)
     r2 = json.loads((out / "lm" / "round2.json").read_text())
@@ -354,7 +353,7 @@ def results3(results2, tmp_path_factory) -> Path:
         return {"val_bpb": bpb, "test_bpb": bpb + 0.01, "started_utc": "2026-12-06T00:00:00+00:00",
                 "history": {**h, "max_logit": [1.0 + 20.0 * i / (n - 1) for i in range(n)],
                             "min_entropy": [3.9 - 1.5 * i / (n - 1) for i in range(n)]}}
-    runs = invented(lambda runs: plan3(ROUND3, runs).ready, template, outcome)
+    runs = invented(lambda runs: plan(ROUND3, runs).ready, template, outcome)
     (out / "lm" / "round3.json").write_text(json.dumps({**r2, "runs": runs}))
     return out
 

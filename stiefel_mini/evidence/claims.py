@@ -53,7 +53,7 @@ class Comparison:
     confirmation whatever their start, since no declaration can have chosen them, while every other run
     must start after it (:func:`stiefel_mini.evidence.measure.confirming`); ``plan``: the declared
     language-model study (:data:`stiefel_mini.experiments.lm.studies.STUDIES`) whose plan picks a
-    family's better arm (empty: the second study's rule).
+    family's better arm (empty: the second study's, ``round2``).
     """
 
     label: str
@@ -299,7 +299,7 @@ CLAIMS: tuple[Claim, ...] = (
 LM = ("lm/study.json",)
 LM_REGIME = "GPT-2, 4 layers, width 256, 1.6M tokens of State of the Union addresses, each arm at its best lr"
 LM_SWEEP_SEEDS = (100,)
-"""The seed of the language-model study's lr sweeps (:data:`stiefel_mini.experiments.lm.config.STUDY`)."""
+"""The seed of the language-model study's lr sweeps (:data:`stiefel_mini.experiments.lm.studies.ROUND1`)."""
 
 
 def _lm(label: str, a: str, b: str, **kw: Any) -> Comparison:
@@ -336,10 +336,10 @@ LM2_REGIME = ("GPT-2, 4 layers, width 256, State of the Union addresses, 800 ste
               "its best on sweep seeds 100-101")
 LM2_LONG_REGIME = "as the short runs, 2,400 steps (4.9M tokens, 1.8 passes), lr re-checked at 3 points on seed 100"
 LM2_SWEEP_SEEDS = (100, 101)
-"""The sweep seeds of the second language-model study (:data:`stiefel_mini.experiments.lm.round2.ROUND2`)."""
+"""The sweep seeds of the second language-model study (:data:`stiefel_mini.experiments.lm.studies.ROUND2`)."""
 FAMILY_ARMS = {"adamw_family": "adamw", "muon_family": "muon"}
 """Arm names a round-2 comparison may use for a family's better arm: the arm
-:func:`stiefel_mini.experiments.lm.round2.better_arm` picks for that family (``adamw`` or
+:func:`stiefel_mini.experiments.lm.plans.better_arm` picks for that family (``adamw`` or
 ``adamw_qknorm``; ``muon`` or ``muon_qknorm``) from the sweep runs, before any paired run."""
 
 
@@ -424,7 +424,7 @@ test bits per byte on paired seeds (``stiefel`` against the better AdamW-family 
 against its AdamW-family arm on seeds 0-7), each a family of one, no correction across them; every
 other pair of arms, the tokens to reach the family arm's final value, the last evaluation's largest
 logit and lowest entropy, and per-head against whole Muon on the sweep seeds are secondaries. Then
-its follow-up, declared before any run of round 3 (:mod:`stiefel_mini.experiments.lm.round3`):
+its follow-up, declared before any run of round 3 (:data:`stiefel_mini.experiments.lm.studies.ROUND3`):
 ``stiefel_scale`` (StiefelAdam, its logit scale at an lr of its own) against the same better
 AdamW-family arm on seeds 0-15; against ``stiefel``, and StiefelMuon's like pairs, as secondaries."""
 

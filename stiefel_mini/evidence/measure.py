@@ -15,7 +15,6 @@ from typing import Callable
 from stiefel_mini.evidence import compare, ledger, reach, runs
 from stiefel_mini.evidence.claims import FAMILY_ARMS, PAIRED_SETTINGS, Comparison
 from stiefel_mini.experiments.lm import plans, studies
-from stiefel_mini.experiments.lm.round2 import ROUND2, plan2, point_key
 
 __all__ = ["pooled", "family_arms", "compute", "confirming"]
 
@@ -51,14 +50,15 @@ def pooled(files: tuple[str, ...], root: Path | None, keep: Callable[[dict], boo
 
 def family_arms(comp: Comparison, root: Path | None = None) -> dict[str, str]:
     """``{family name: arm}`` for each side of ``comp`` named by a family (:data:`claims.FAMILY_ARMS`):
-    the arm :func:`stiefel_mini.experiments.lm.round2.better_arm` picks from every sweep run of the
+    the arm the plan of the study ``comp.plan`` names (the second study's, ``round2``, when it names
+    none) picks (:func:`stiefel_mini.experiments.lm.plans.better_arm`) from every sweep run of the
     files (the declared rule, whatever runs a confirmation keeps); a family not yet decided keeps its
     name, which no run has, so its side is empty."""
     names = {x for x in (comp.a, comp.b) if x in FAMILY_ARMS}
     if not names:
         return {}
     pool = pooled(comp.files, root)[0]
-    better = plans.plan(studies.study(comp.plan), pool).better if comp.plan else plan2(ROUND2, pool).better
+    better = plans.plan(studies.study(comp.plan or "round2"), pool).better
     return {n: better.get(FAMILY_ARMS[n], n) for n in names}
 
 
@@ -76,7 +76,7 @@ def _round2_best(mine: list[dict]) -> dict[int, dict]:
     validation bits per byte over its seeds, a diverged run ``+inf``, as the plan scores its grids."""
     settings: dict[tuple, list[dict]] = {}
     for r in mine:
-        key = point_key(r)
+        key = studies.ROUND2.key(r)
         settings.setdefault(key[:1] + key[2:], []).append(r)
     score = lambda rs: sum(math.inf if r["val_bpb"] is None else r["val_bpb"] for r in rs) / len(rs)  # noqa: E731
     return runs.by_seed(min(settings.values(), key=score)) if settings else {}
@@ -86,7 +86,7 @@ def _side(pool: list[dict], comp: Comparison, arm: str, extra: tuple) -> dict[in
     chosen = [r for r in pool if all(r.get(k) == v for k, v in comp.select + extra)]
     if arm in comp.at_best:
         mine = [r for r in chosen if r["arm"] == arm]
-        if any("per_head" in r for r in mine):  # a round-2 run: its settings are lm.round2.FIELDS
+        if any("per_head" in r for r in mine):  # a round-2 run: its settings are ROUND2.fields
             return _round2_best(mine)
         return runs.at_best_lr(mine, arm)[1]
     return runs.by_seed(chosen, arm=arm)

@@ -1,6 +1,6 @@
-"""``python -m stiefel_mini.experiments.lm``: the language-model study's command line, :func:`.experiment.main`."""
+"""``python -m stiefel_mini.experiments.lm``: the language-model studies' command line, :func:`.run_study.main`."""
 
-from stiefel_mini.experiments.lm.experiment import main
+from stiefel_mini.experiments.lm.run_study import main
 from stiefel_mini.experiments.runner import cli
 
 if __name__ == "__main__":

@@ -1,17 +1,16 @@
-"""Configs and the study plan of the language-model experiment (:mod:`stiefel_mini.experiments.lm`).
+"""The run config of the language-model experiment (:mod:`stiefel_mini.experiments.lm`).
 
 A run (:class:`LMConfig`) trains one arm on one seed: a GPT-2 of :class:`LMModel`'s size from
 Hugging Face ``transformers``, its attention converted by :func:`stiefel_mini.convert_attention`, on
 the State of the Union addresses for a fixed number of tokens (``steps * batch_size * context``).
-The study (:data:`STUDY`, a :class:`LMStudy`) is data: per arm the lr it sweeps, the values, and the
-lrs it takes at another arm's best; then the paired seeds at every arm's best.
+The studies are declared plans (:mod:`~stiefel_mini.experiments.lm.studies`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["LM_ARMS", "LMModel", "LMOptimizer", "LMConfig", "PRESETS", "ArmSweep", "LMStudy", "STUDY", "SWEPT"]
+__all__ = ["LM_ARMS", "LMModel", "LMOptimizer", "LMConfig", "PRESETS"]
 
 LM_ARMS = {
     "adamw": "AdamW on every weight",
@@ -20,10 +19,8 @@ LM_ARMS = {
     "frozen": "the Q/K frames kept at their start, AdamW on the rest",
     "muon_stiefel": "StiefelAdam on the Q/K frames, Muon on the other hidden matrices, AdamW on the rest",
 }
-"""The arms of the study: name -> what trains what."""
-
-SWEPT = ("lr", "frame_lr", "muon_lr")
-"""The lr fields an arm may sweep: AdamW's ``lr``, StiefelAdam's ``frame_lr``, Muon's ``muon_lr``."""
+"""The arms of a single run (``--arm``) and of the first study: name -> what trains what
+(:func:`~stiefel_mini.experiments.lm.model.build_model`)."""
 
 
 @dataclass
@@ -96,67 +93,3 @@ PRESETS = {
                      model=LMModel(n_layer=1, d_model=32, n_head=2, context=32)),
 }
 """Named run configs: ``cpu`` (the study's, about 8 CPU minutes at one thread), ``tiny`` (tests)."""
-
-
-@dataclass(frozen=True)
-class ArmSweep:
-    """How an arm's lr is chosen: ``swept`` (a field of :data:`SWEPT`) over ``values``; every field
-    of ``takes`` (``(field, arm)``) at that other arm's best. If the best value is at an end of the
-    grid, the grid grows by one value beyond it (the ratio of the two end values), up to ``extend``
-    times, so that the chosen value lies inside the swept range."""
-
-    arm: str
-    swept: str
-    values: tuple[float, ...]
-    takes: tuple[tuple[str, str], ...] = ()
-    extend: int = 2
-
-    def __post_init__(self) -> None:
-        if self.arm not in LM_ARMS:
-            raise ValueError(f"unknown arm {self.arm!r}; choose one of {sorted(LM_ARMS)}")
-        if self.swept not in SWEPT or any(f not in SWEPT for f, _ in self.takes):
-            raise ValueError(f"swept and taken fields must be in {SWEPT}; got {self.swept!r}, {self.takes}")
-        if len(self.values) < 4 or list(self.values) != sorted(set(self.values)):
-            raise ValueError(f"{self.arm}: sweep at least four increasing values; got {self.values}")
-
-
-@dataclass(frozen=True)
-class LMStudy:
-    """The study: lr sweeps on ``sweep_seeds``, then every arm at its best on the paired ``seeds``."""
-
-    sweeps: tuple[ArmSweep, ...]
-    sweep_seeds: tuple[int, ...] = (100,)
-    seeds: tuple[int, ...] = tuple(range(8))
-    preset: str = "cpu"
-
-    def __post_init__(self) -> None:
-        arms = [s.arm for s in self.sweeps]
-        if len(set(arms)) != len(arms):
-            raise ValueError(f"each arm is swept once; got {arms}")
-        for s in self.sweeps:
-            for _, other in s.takes:
-                if other not in arms or arms.index(other) >= arms.index(s.arm):
-                    raise ValueError(f"{s.arm} takes a value at {other}'s best: sweep {other} first")
-        if set(self.sweep_seeds) & set(self.seeds):
-            raise ValueError("the lr sweeps' seeds must not be the comparison's seeds")
-
-    def sweep(self, arm: str) -> ArmSweep:
-        """The :class:`ArmSweep` of ``arm``."""
-        for s in self.sweeps:
-            if s.arm == arm:
-                return s
-        raise ValueError(f"no sweep for arm {arm!r}")
-
-
-_LR = (1e-3, 2e-3, 4e-3, 8e-3)
-_FRAME_LR = (0.01, 0.03, 0.1, 0.3)
-STUDY = LMStudy(sweeps=(
-    ArmSweep("adamw", "lr", _LR),
-    ArmSweep("frozen", "lr", _LR),
-    ArmSweep("stiefel", "frame_lr", _FRAME_LR, takes=(("lr", "adamw"),)),
-    ArmSweep("muon", "muon_lr", (0.005, 0.01, 0.02, 0.04), takes=(("lr", "adamw"),)),
-    ArmSweep("muon_stiefel", "frame_lr", _FRAME_LR, takes=(("lr", "adamw"), ("muon_lr", "muon"))),
-))
-"""The study of ``results/lm/study.json``: AdamW's lr first (frozen sweeps its own), StiefelAdam's
-frame lr and Muon's lr with the rest at AdamW's best, then ``muon_stiefel``'s frame lr with Muon at
-its best; seed 100 for the sweeps, seeds 0-7 for the comparison."""

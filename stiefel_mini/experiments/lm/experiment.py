@@ -2,19 +2,20 @@
 
 A GPT-2 of four layers (:mod:`.model`) learns to predict the next token of the State of the
 Union addresses (:mod:`.data`) for a fixed budget of tokens; each arm (:data:`LM_ARMS`) trains
-the same initial weights on the same batches. :func:`run` is one run; :func:`study` runs the plan
-:data:`~stiefel_mini.experiments.lm.config.STUDY` on several processes: the lr sweeps in the order
-their dependencies allow, then the paired seeds at each arm's best, writing the results file after
-every run and resuming from it. Usage::
+the same initial weights on the same batches. :func:`run` is one run; :func:`study` runs a plan's
+:class:`Schedule` on several processes (the ready runs in the order the plan gives them), writing
+the results file after every run and resuming from it; the declared studies' schedules are
+:func:`stiefel_mini.experiments.lm.run_study.schedule`'s. Usage (the package's command line,
+:func:`stiefel_mini.experiments.lm.run_study.main`, hands the tokenizer and single runs to :func:`main`)::
 
     python -m stiefel_mini.experiments.lm tokenizer                    # results/lm/tokenizer.json
     python -m stiefel_mini.experiments.lm --arm stiefel --seed 0       # one run (8 CPU minutes)
     python -m stiefel_mini.experiments.lm --preset tiny --arm muon     # a few seconds
-    python -m stiefel_mini.experiments.lm study --workers 2            # results/lm/study.json
-    python -m stiefel_mini.experiments.lm round2 --workers 2           # results/lm/round2.json
-    python -m stiefel_mini.experiments.lm round3 --workers 2           # results/lm/round3.json
-    python -m stiefel_mini.experiments.lm round2 --dry_run true        # its plan: runs and CPU hours
-    python -m stiefel_mini.experiments.lm study round4 --workers 2     # a declared study (.run_study)
+    python -m stiefel_mini.experiments.lm study round1 --workers 2     # results/lm/study.json (also: study)
+    python -m stiefel_mini.experiments.lm study round2 --workers 2     # results/lm/round2.json (also: round2)
+    python -m stiefel_mini.experiments.lm study round3 --workers 2     # results/lm/round3.json (also: round3)
+    python -m stiefel_mini.experiments.lm study round4 --workers 2     # results/lm/round4.json
+    python -m stiefel_mini.experiments.lm study round2 --dry_run true  # what is left of it, running nothing
 """
 
 from __future__ import annotations
@@ -32,15 +33,13 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from stiefel_mini.experiments.config import ConfigError, config_help, parse_config, replace, split_argv
+from stiefel_mini.experiments.config import ConfigError, config_help, parse_config, replace
 from stiefel_mini.experiments.lm.attention import attention_stats
-from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
+from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, LMConfig
 from stiefel_mini.experiments.lm.data import (EOT, addresses, corpus_dir, encode_split, eval_windows, load_tokenizer,
                                               random_batch, read_split, split_addresses, token_bytes, train_tokenizer)
 from stiefel_mini.experiments.lm.model import build_model, lr_factor, make_optimizers
-from stiefel_mini.experiments.lm.plan import plan, run_settings
-from stiefel_mini.experiments.records import (config_dict, cpu_description, jsonable, provenance, save_results,
-                                              utc_now)
+from stiefel_mini.experiments.records import config_dict, provenance, save_results
 from stiefel_mini.experiments.runner import parse_cli, resume
 from stiefel_mini.experiments.runtime import generator, progress, set_threads
 from stiefel_mini.geometry import orthogonality_error
@@ -249,17 +248,6 @@ def run(cfg: LMConfig, tokenizer_path: str | None = None, setup: Setup | None = 
     }
 
 
-def _run_point(cfg: LMConfig, point: dict, commit: dict) -> dict:
-    """One planned run of the first study in a worker process: its record, stamped with when and where it ran."""
-    started = utc_now()
-    t0 = time.perf_counter()
-    result = run(replace(cfg, arm=point["arm"], seed=point["seed"], progress=False,
-                         **{k: v for k, v in point.items() if k in ("lr", "frame_lr", "muon_lr") and v is not None}))
-    return {**point, **result, "started_utc": started, "wall_time_s": time.perf_counter() - t0,
-            "git_commit": commit["git_commit"], "git_dirty": commit["git_dirty"], "cpu": cpu_description(),
-            "device": device_name(cfg.device)}
-
-
 @dataclasses.dataclass(frozen=True)
 class Schedule:
     """How :func:`study` runs a plan: ``state(runs) -> (ready points, remaining runs)``, ``key(point)``
@@ -274,28 +262,17 @@ class Schedule:
     seeds: tuple[int, ...]
 
 
-def first_study(plan_: LMStudy = STUDY, base: LMConfig | None = None) -> Schedule:
-    """The :class:`Schedule` of the first study (:func:`stiefel_mini.experiments.lm.plan.plan`)."""
-    def state(runs):
-        s = plan(plan_, runs, base)
-        return s.ready, s.remaining
-    return Schedule(state, run_settings, _run_point, jsonable(dataclasses.asdict(plan_)), plan_.seeds)
-
-
-def study(base: LMConfig, out: str | Path, plan_: LMStudy = STUDY, workers: int = 2,
-          command: str | None = None, schedule: Schedule | None = None) -> dict:
-    """Run the plan ``plan_`` from ``base`` on ``workers`` processes, writing ``out`` after every run.
+def study(base: LMConfig, out: str | Path, schedule: Schedule, workers: int = 2, command: str | None = None) -> dict:
+    """Run ``schedule`` from ``base`` on ``workers`` processes, writing ``out`` after every run.
 
     The file holds the plan, the base config and the runs; run again with the same settings it
     resumes (a file of other settings raises ``ValueError`` naming the fields). Each finished run is
-    stored with its lrs, phase, start time, commit and CPU. Which runs are ready, and each arm's best
-    lr, come from the ``schedule`` (default: the first study's,
-    :func:`stiefel_mini.experiments.lm.plan.plan`; the second's is
-    :func:`stiefel_mini.experiments.lm.round2_run.schedule`).
+    stored as ``schedule.run_point`` records it (its settings, phase, start time, commit and CPU).
+    Which runs are ready, and each choice, come from the ``schedule``
+    (:func:`stiefel_mini.experiments.lm.run_study.schedule` of a declared study).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    schedule = schedule or first_study(plan_, base)
     set_threads(base.threads)
     prov = provenance(base, schedule.seeds, command)
     device_for(base.device)
@@ -356,32 +333,18 @@ def write_tokenizer(vocab_size: int, out: str | Path) -> dict:
 
 
 @dataclasses.dataclass
-class _StudyArgs:
-    workers: int = 2
-    out: str = "results/lm/study.json"
-
-
-@dataclasses.dataclass
 class _TokenizerArgs:
     vocab_size: int = 2048
     out: str = "results/lm/tokenizer.json"
 
 
 def parse_args(argv: Sequence[str]) -> tuple:
-    """What a command line asks for, checked, without running it: ``("tokenizer", args)``,
-    ``("study", args, base config)``, ``("round2" | "round3", args, base config)`` (:func:`.rounds.parse_args`)
-    or ``("run", config, out)``."""
+    """What a command line asks for, checked, without running it: ``("tokenizer", args)`` or
+    ``("run", config, out)`` (the studies' commands are
+    :func:`stiefel_mini.experiments.lm.run_study.parse_args`')."""
     argv = list(argv)
     if argv and argv[0] == "tokenizer":
         return "tokenizer", parse_config(_TokenizerArgs, argv[1:])
-    if argv and argv[0] in ("round2", "round3"):
-        from stiefel_mini.experiments.lm import rounds  # it runs its studies through this module's study()
-
-        return rounds.parse_args(argv)
-    if argv and argv[0] == "study":
-        mine, rest = split_argv(argv[1:], _StudyArgs)
-        base, _, _ = parse_cli(LMConfig, rest, presets=PRESETS, default_preset=STUDY.preset)
-        return "study", parse_config(_StudyArgs, mine), base
     cfg, out, _ = parse_cli(LMConfig, argv, presets=PRESETS, default_preset="cpu")
     if cfg.arm not in LM_ARMS:
         raise ConfigError(f"--arm: expected one of {sorted(LM_ARMS)}, got {cfg.arm!r}")
@@ -389,22 +352,12 @@ def parse_args(argv: Sequence[str]) -> tuple:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """CLI: ``tokenizer [--vocab_size N] [--out PATH]``, ``study [--workers N] [--out PATH] [--field value ...]``,
-    ``round2`` / ``round3`` (:mod:`.rounds`) or one run ``[--preset NAME] [--out PATH] [--field value ...]``."""
+    """CLI: ``tokenizer [--vocab_size N] [--out PATH]`` or one run ``[--preset NAME] [--out PATH]
+    [--field value ...]`` (the studies: :func:`stiefel_mini.experiments.lm.run_study.main`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(__doc__)
-        print(config_help(_StudyArgs) + "\n" + config_help(LMConfig))
-        return
-    if argv and argv[0] in ("round2", "round3"):
-        from stiefel_mini.experiments.lm import rounds
-
-        rounds.main(argv)
-        return
-    if len(argv) > 1 and argv[0] == "study" and not argv[1].startswith("-"):
-        from stiefel_mini.experiments.lm import run_study  # it runs the declared studies through study()
-
-        run_study.main(argv)
+        print(config_help(_TokenizerArgs) + "\n" + config_help(LMConfig))
         return
     kind, *parsed = parse_args(argv)
     if kind == "tokenizer":
@@ -412,14 +365,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         meta = write_tokenizer(args.vocab_size, args.out)
         print(f"wrote {args.out}: {args.vocab_size} tokens, {meta['bytes_per_token']['val']:.2f} bytes per token "
               "on the validation addresses")
-        return
-    if kind == "study":
-        args, base = parsed
-        try:
-            payload = study(base, args.out, STUDY, args.workers)
-        except ValueError as err:
-            raise SystemExit(f"error: {err}") from None
-        print(f"wrote {args.out}: {len(payload['runs'])} runs")
         return
     cfg, out = parsed
     result = run(cfg)

@@ -1,8 +1,9 @@
 """Reading the language-model study's results: sweeps, curves, samples and costs per arm, and the setup.
 
-Pure functions of the payload :func:`stiefel_mini.experiments.lm.experiment.study` writes (``results/lm/study.json``),
-of the second study's (``results/lm/round2.json``, :mod:`stiefel_mini.experiments.lm.round2`), of the
-third's (``results/lm/round3.json``, :mod:`stiefel_mini.experiments.lm.round3`) and of the
+Pure functions of the payload :func:`stiefel_mini.experiments.lm.experiment.study` writes (``results/lm/study.json``,
+:data:`~stiefel_mini.experiments.lm.studies.ROUND1`),
+of the second study's (``results/lm/round2.json``, :data:`~stiefel_mini.experiments.lm.studies.ROUND2`), of the
+third's (``results/lm/round3.json``, :data:`~stiefel_mini.experiments.lm.studies.ROUND3`) and of the
 benchmark's record (``results/benchmarks/lm_throughput.json``), for the chapter and the
 evidence layer; :func:`setup_facts` gathers the numbers that describe a run. No training code. The
 comparisons and verdicts are the evidence layer's (:data:`stiefel_mini.evidence.claims.LM_CLAIMS`).
@@ -15,11 +16,10 @@ import math
 import numpy as np
 
 from stiefel_mini.experiments.lm.attention import uniform_entropy
-from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, LMConfig, LMStudy
+from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, LMConfig
 from stiefel_mini.experiments.lm.model import scale_growth_bound
-from stiefel_mini.experiments.lm.plan import plan
-from stiefel_mini.experiments.lm.round2 import ARMS2, ROUND2, Round2, plan2
-from stiefel_mini.experiments.lm.round3 import ARMS3, ROUND3, plan3
+from stiefel_mini.experiments.lm.plans import Study, plan
+from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2, ROUND3
 from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
@@ -82,7 +82,7 @@ def setup_facts(cfg: LMConfig = PRESETS["cpu"]) -> dict:
             "steps": cfg.steps, "batch": cfg.batch_size, "tokens": tokens,
             "passes": tokens / meta["tokens"]["train"], "bytes_per_token": bpt,
             "uniform_bpb": math.log2(m.vocab_size) / bpt, "threads": cfg.threads,
-            "max_step": cfg.optimizer.max_step, "seeds": STUDY.seeds, "sweep_seeds": STUDY.sweep_seeds,
+            "max_step": cfg.optimizer.max_step, "seeds": ROUND1.paired_seeds, "sweep_seeds": ROUND1.sweep_seeds,
             "ns_steps": inspect.signature(newton_schulz).parameters["steps"].default,
             "temperature": defaults["temperature"], "top_k": defaults["top_k"]}
 
@@ -112,9 +112,9 @@ def load_throughput(study: int = 1) -> dict | None:
     return _load(THROUGHPUT_FILE if study == 1 else THROUGHPUT2_FILE)
 
 
-def progress_counts(payload: dict | None, study: LMStudy = STUDY) -> dict:
+def progress_counts(payload: dict | None, study: Study = ROUND1) -> dict:
     """``{"sweep", "seeds", "remaining", "best"}``: finished sweep and seed runs, runs still to go
-    (:func:`stiefel_mini.experiments.lm.plan.plan`) and each swept arm's best lr fields."""
+    (:func:`stiefel_mini.experiments.lm.plans.plan`) and each swept arm's best lr fields."""
     runs = payload["runs"] if payload else []
     state = plan(study, runs)
     return {"sweep": sum(r["phase"] == "sweep" for r in runs), "seeds": sum(r["phase"] == "seeds" for r in runs),
@@ -126,11 +126,11 @@ def sweep_rows(payload: dict | None) -> list[dict]:
     the mean validation bits per byte over the sweep seeds, in study order then by value."""
     if not payload:
         return []
-    order = [s.arm for s in STUDY.sweeps]
+    order = [t.arm for t in ROUND1.tunings]
     rows: dict[tuple, list[float]] = {}
     for r in payload["runs"]:
         if r["phase"] == "sweep":
-            swept = STUDY.sweep(r["arm"]).swept
+            (((swept, _),),) = ROUND1.tuning(r["arm"]).stages  # one stage of one axis per arm
             rows.setdefault((r["arm"], swept, r[swept]), []).append(r["val_bpb"])
     out = [{"arm": a, "swept": s, "value": v, "val_bpb": float(np.mean(b)), "n": len(b)}
            for (a, s, v), b in rows.items()]
@@ -205,14 +205,14 @@ def samples(payload: dict | None, seed: int = 0) -> dict[str, list[dict]]:
     return {arm: run["samples"] for arm in LM_ARMS if (run := seed_runs(payload, arm).get(seed)) is not None}
 
 
-def round2_progress(payload: dict | None, study: Round2 = ROUND2) -> dict:
+def round2_progress(payload: dict | None, study: Study = ROUND2) -> dict:
     """Where round 2 stands: ``{"finished", "done", "remaining", "best", "better"}``: finished runs per
     phase (``{"sweep": 8, ...}``), the finished work and the work left in runs of ``study.steps``
     (a long run counts ``long_steps / steps``; what is left includes runs still waiting on a choice,
-    :func:`~stiefel_mini.experiments.lm.round2.plan2`), each swept arm's best settings and each
+    :func:`~stiefel_mini.experiments.lm.plans.plan`), each swept arm's best settings and each
     family's better arm, once known."""
     runs = payload["runs"] if payload else []
-    state = plan2(study, runs)
+    state = plan(study, runs)
     finished: dict[str, int] = {}
     for r in runs:
         finished[r["phase"]] = finished.get(r["phase"], 0) + 1
@@ -221,42 +221,43 @@ def round2_progress(payload: dict | None, study: Round2 = ROUND2) -> dict:
             "better": state.better}
 
 
-def round2_runs(payload: dict | None, arm: str, phase: str = "paired", study: Round2 = ROUND2) -> dict[int, dict]:
+def round2_runs(payload: dict | None, arm: str, phase: str = "paired", study: Study = ROUND2) -> dict[int, dict]:
     """``arm``'s round-2 runs of ``phase``, keyed by seed: ``"paired"`` or ``"long"`` (each run at the
     settings the plan chose), or ``"sweep"``: the sweep seeds' runs at the arm's best, empty until
-    its grid is complete (:func:`~stiefel_mini.experiments.lm.round2.plan2`)."""
-    if arm not in ARMS2:
-        raise ValueError(f"unknown arm {arm!r}; choose one of {sorted(ARMS2)}")
+    its grid is complete (:func:`~stiefel_mini.experiments.lm.plans.plan`)."""
+    arms = [a for a, _ in study.arms]
+    if arm not in arms:
+        raise ValueError(f"unknown arm {arm!r}; choose one of {sorted(arms)}")
     if phase not in ("sweep", "paired", "long"):
         raise ValueError(f"phase must be sweep, paired or long; got {phase!r}")
     runs = payload["runs"] if payload else []
     if phase != "sweep":
         return {r["seed"]: r for r in runs if r["arm"] == arm and r["phase"] == phase}
-    best = plan2(study, runs).best.get(arm)
+    best = plan(study, runs).best.get(arm)
     if best is None:
         return {}
     return {r["seed"]: r for r in runs if r["arm"] == arm and r["phase"] == "sweep" and r["steps"] == study.steps
             and all(r.get(k) == v for k, v in best.items())}
 
 
-def round2_sweep_rows(payload: dict | None, study: Round2 = ROUND2) -> list[dict]:
+def round2_sweep_rows(payload: dict | None, study: Study = ROUND2) -> list[dict]:
     """One row per (arm, setting) of round 2's sweeps: ``{"arm", "setting", "val_bpb", "n"}``, the
     setting as ``{field: value}`` of the arm's swept fields and the mean validation bits per byte over
     the sweep seeds that have run (``None`` if one diverged), in the plan's order of arms."""
     if not payload:
         return []
-    order = [g.arm for g in study.grids]
+    order = [t.arm for t in study.tunings]
     rows: dict[tuple, list] = {}
     for r in payload["runs"]:
         if r["phase"] == "sweep":
-            swept = tuple((f, r[f]) for f, _ in study.grid(r["arm"]).axes)
+            swept = tuple((f, r[f]) for stage in study.tuning(r["arm"]).stages for f, _ in stage)
             rows.setdefault((r["arm"], swept), []).append(r["val_bpb"])
     out = [{"arm": a, "setting": dict(s), "val_bpb": None if None in v else float(np.mean(v)), "n": len(v)}
            for (a, s), v in rows.items()]
     return sorted(out, key=lambda row: (order.index(row["arm"]), tuple(row["setting"].values())))
 
 
-def sharpness(runs: dict[int, dict], study: Round2 = ROUND2) -> dict | None:
+def sharpness(runs: dict[int, dict], study: Study = ROUND2) -> dict | None:
     """How far attention sharpened over ``runs`` (seed -> run, e.g. :func:`round2_runs`):
     ``{"n", "growth", "entropy", "uniform", "bound"}``, ``None`` without a finished run.
 
@@ -287,16 +288,17 @@ def load_round3() -> dict | None:
 
 def round3_runs(payload: dict | None, arm: str, phase: str = "paired") -> dict[int, dict]:
     """``arm``'s round-3 runs of ``phase`` (``"sweep"`` or ``"paired"``) keyed by seed; for the sweep,
-    those at the arm's best ``scale_lr`` (:func:`~stiefel_mini.experiments.lm.round3.plan3`), empty
+    those at the arm's best ``scale_lr`` (:func:`~stiefel_mini.experiments.lm.plans.plan`), empty
     until its grid is complete."""
-    if arm not in ARMS3:
-        raise ValueError(f"unknown arm {arm!r}; choose one of {sorted(ARMS3)}")
+    arms = [a for a, _ in ROUND3.arms]
+    if arm not in arms:
+        raise ValueError(f"unknown arm {arm!r}; choose one of {sorted(arms)}")
     if phase not in ("sweep", "paired"):
         raise ValueError(f"phase must be sweep or paired; got {phase!r}")
     runs = payload["runs"] if payload else []
     if phase == "paired":
         return {r["seed"]: r for r in runs if r["arm"] == arm and r["phase"] == "paired"}
-    best = plan3(ROUND3, runs).best.get(arm)
+    best = plan(ROUND3, runs).best.get(arm)
     return {} if best is None else {r["seed"]: r for r in runs if r["arm"] == arm and r["phase"] == "sweep"
                                     and r["scale_lr"] == best["scale_lr"]}
 
@@ -304,11 +306,11 @@ def round3_runs(payload: dict | None, arm: str, phase: str = "paired") -> dict[i
 def round3_progress(payload: dict | None) -> dict:
     """Where round 3 stands: ``{"finished", "done", "remaining", "best", "sweep"}``: finished runs per
     phase, the finished work and the runs left in runs of ``ROUND3.steps``
-    (:func:`~stiefel_mini.experiments.lm.round3.plan3`), each arm's best settings once its sweep is
+    (:func:`~stiefel_mini.experiments.lm.plans.plan`), each arm's best settings once its sweep is
     complete, and per arm the sweep's mean validation bits per byte by ``scale_lr`` over the seeds that
     have run (``None`` if one diverged), ``{arm: [(scale_lr, val_bpb, n)]}`` in increasing lr."""
     runs = payload["runs"] if payload else []
-    state = plan3(ROUND3, runs)
+    state = plan(ROUND3, runs)
     finished: dict[str, int] = {}
     sweep: dict[str, dict[float, list]] = {}
     for r in runs:

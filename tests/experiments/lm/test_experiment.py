@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.lm import data as lm_data
 from stiefel_mini.experiments.lm import experiment as lm_experiment
-from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, STUDY, ArmSweep, LMStudy
+from stiefel_mini.experiments.lm import run_study, studies
+from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS
 from stiefel_mini.experiments.lm.model import FRAME_ARMS
-from stiefel_mini.experiments.lm.plan import plan, run_settings
+from stiefel_mini.experiments.lm.plans import Study, Tuning, plan
 from stiefel_mini.experiments.records import load_results
 
 TINY = replace(PRESETS["tiny"], progress=False)
@@ -74,60 +77,63 @@ def test_a_cuda_run_starts_where_the_cpu_run_starts_and_learns(arm):
     assert gpu["history"]["val_bpb"][-1] < gpu["history"]["val_bpb"][0] - 0.1
 
 
-SMALL = LMStudy(sweeps=(ArmSweep("adamw", "lr", (1e-3, 3e-3, 1e-2, 3e-2), extend=0),
-                        ArmSweep("stiefel", "frame_lr", (0.01, 0.03, 0.1, 0.3), takes=(("lr", "adamw"),), extend=0)),
-                seeds=(0, 1), preset="tiny")
+SMALL = Study(name="small_test", out="unused.json", arms=(("adamw", "r1_adamw"), ("stiefel", "r1_stiefel")),
+              tunings=(Tuning("adamw", stages=((("lr", (1e-3, 3e-3, 1e-2, 3e-2)),),), extend=0),
+                       Tuning("stiefel", stages=((("frame_lr", (0.01, 0.03, 0.1, 0.3)),),), takes=(("lr", "adamw"),),
+                              extend=0)),
+              sweep_seeds=(100,), fields=("lr", "frame_lr", "muon_lr"), paired_seeds=(0, 1), records_steps=False,
+              paired_phase="seeds", preset="tiny")
+"""A first-study-like plan: two arms' lr sweeps on one seed, then two paired seeds."""
+ONE = dataclasses.replace(SMALL, name="one_test", arms=SMALL.arms[:1], tunings=SMALL.tunings[:1], paired_seeds=())
 
 
-def test_an_interrupted_study_resumes_without_repeating_a_run(tmp_path, monkeypatch):
+@pytest.fixture(autouse=True)
+def declared(monkeypatch):
+    for s in (SMALL, ONE):
+        monkeypatch.setitem(studies.STUDIES, s.name, s)
+
+
+def test_an_interrupted_study_resumes_without_repeating_a_run(tmp_path):
     out = tmp_path / "study.json"
     base = replace(TINY, steps=4, eval_every=2, samples=0)
-    real, calls = lm_experiment._run_point, []
+    schedule, calls = run_study.schedule(SMALL), []
 
     def stop_after_three(*args):
         if len(calls) == 3:
             raise KeyboardInterrupt
         calls.append(args[1])
-        return real(*args)
+        return schedule.run_point(*args)
 
-    monkeypatch.setattr(lm_experiment, "_run_point", stop_after_three)
     with pytest.raises(KeyboardInterrupt):
-        lm_experiment.study(base, out, SMALL, workers=1)
+        lm_experiment.study(base, out, dataclasses.replace(schedule, run_point=stop_after_three), workers=1)
     assert len(load_results(out)["runs"]) == 3
-    monkeypatch.setattr(lm_experiment, "_run_point", real)
-    payload = lm_experiment.study(base, out, SMALL, workers=1)
-    keys = [run_settings(r) for r in payload["runs"]]
+    payload = lm_experiment.study(base, out, schedule, workers=1)
+    keys = [SMALL.key(r) for r in payload["runs"]]
     assert len(keys) == len(set(keys)) == 2 * 4 + 2 * 2
-    assert plan(SMALL, payload["runs"], base).remaining == 0
-    assert [run_settings(r) for r in payload["runs"][:3]] == [run_settings(p) for p in calls]
+    assert plan(SMALL, payload["runs"]).remaining == 0
+    assert [SMALL.key(r) for r in payload["runs"][:3]] == [SMALL.key(p) for p in calls]
     assert all(r["started_utc"] and r["git_commit"] for r in payload["runs"])
     assert len(payload["provenance_previous"]) == 1
 
 
 def test_a_study_file_of_other_settings_is_refused(tmp_path):
     out = tmp_path / "study.json"
-    plan_ = LMStudy(sweeps=SMALL.sweeps[:1], seeds=())
-    lm_experiment.study(replace(TINY, steps=2, eval_every=1, samples=0), out, plan_, 1)
+    lm_experiment.study(replace(TINY, steps=2, eval_every=1, samples=0), out, run_study.schedule(ONE), 1)
     with pytest.raises(ValueError, match="steps"):
-        lm_experiment.study(replace(TINY, steps=3, eval_every=1, samples=0), out, SMALL, 1)
+        lm_experiment.study(replace(TINY, steps=3, eval_every=1, samples=0), out, run_study.schedule(SMALL), 1)
     with pytest.raises(ValueError, match="another plan"):
-        lm_experiment.study(replace(TINY, steps=2, eval_every=1, samples=0), out, SMALL, 1)
+        lm_experiment.study(replace(TINY, steps=2, eval_every=1, samples=0), out, run_study.schedule(SMALL), 1)
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        lm_experiment.study(TINY, out, run_study.schedule(ONE), 0)
 
 
 def test_a_study_file_records_the_device_per_run_and_resumes_on_another(tmp_path):
     out = tmp_path / "study.json"
-    plan_ = LMStudy(sweeps=SMALL.sweeps[:1], seeds=())
     base = replace(TINY, steps=2, eval_every=1, samples=0)
-    payload = lm_experiment.study(base, out, plan_, 1)
+    payload = lm_experiment.study(base, out, run_study.schedule(ONE), 1)
     assert "device" not in payload["base_config"] and {r["device"] for r in payload["runs"]} == {"cpu"}
     with pytest.raises(ValueError, match="pass cpu or cuda"):
-        lm_experiment.study(replace(base, device="tpu"), out, plan_, 1)
-
-
-def test_the_study_plan_is_the_declared_one():
-    assert STUDY.seeds == tuple(range(8)) and STUDY.sweep_seeds == (100,)
-    assert [s.arm for s in STUDY.sweeps] == ["adamw", "frozen", "stiefel", "muon", "muon_stiefel"]
-    assert all(len(s.values) >= 4 for s in STUDY.sweeps)
+        lm_experiment.study(replace(base, device="tpu"), out, run_study.schedule(ONE), 1)
 
 
 def test_the_command_line_runs_one_tiny_run(tmp_path, capsys):
@@ -141,21 +147,3 @@ def test_a_diverging_run_ends_with_its_step_and_no_loss():
     out = lm_experiment.run(replace(TINY, arm="adamw", lr=1e30, steps=10, eval_every=5))
     assert out["diverged_at"] is not None and out["val_bpb"] is None and out["samples"] == []
     assert lm_experiment.run(replace(TINY, arm="adamw", steps=2, eval_every=1))["diverged_at"] is None
-
-
-def test_the_second_studys_dry_run_reads_its_results_file(tmp_path, capsys):
-    import json
-
-    from stiefel_mini.experiments.lm.round2 import ROUND2, budget, plan2
-
-    out = tmp_path / "round2.json"
-    lm_experiment.main(["round2", "--dry_run", "true", "--out", str(out)])
-    empty = capsys.readouterr().out
-    assert f"{budget(ROUND2, 7.5)['equivalents']:g} in all" in empty and f"{out}: 0 runs finished" in empty
-    first = plan2(ROUND2, []).ready[0]
-    done = [{**first, "seed": seed, "val_bpb": 1.7} for seed in ROUND2.sweep_seeds]
-    out.write_text(json.dumps({"runs": done}))
-    lm_experiment.main(["round2", "--dry_run", "true", "--out", str(out)])
-    state = plan2(ROUND2, done)
-    assert f"{out}: 2 runs finished; left: {state.remaining:g} 800-step equivalents" in capsys.readouterr().out
-    assert not out.with_suffix(".json.tmp").exists() and len(json.loads(out.read_text())["runs"]) == 2  # nothing run

@@ -87,3 +87,79 @@ def test_a_declaration_that_cannot_run_is_refused():
 def test_the_stored_plan_is_plain_json():
     d = declared(_study())
     assert d["long_seeds"] == [16, 17] and d["tunings"][0]["stages"][0][0] == ["warmup_frac", [0.05, 0.25, 0.5]]
+
+
+def test_a_diverged_setting_is_the_worst_and_a_tie_goes_to_the_earlier_setting():
+    axis = (("lr", (1.0, 2.0, 4.0, 8.0)),)
+    done = [{"arm": "a", "phase": "sweep", "steps": 800, "seed": 100, "lr": lr, "val_bpb": b}
+            for lr, b in ((1.0, 3.0), (2.0, 2.0), (4.0, None), (8.0, None))]
+    assert grid_best(axis, {}, "a", done, (100,), 800, 0, 3)[1] == {"lr": 2.0}
+    tie = [{**r, "val_bpb": 1.0} for r in done]
+    assert grid_best(axis, {}, "a", tie, (100,), 800, 0, 3)[1] == {"lr": 1.0}
+
+
+def test_a_grid_grows_past_either_end_and_stops_where_the_best_is_inside():
+    axis = (("lr", (1.0, 2.0, 4.0, 8.0)),)
+
+    def runs(score):
+        return [{"arm": "a", "phase": "sweep", "steps": 800, "seed": 100, "lr": lr, "val_bpb": score(lr)}
+                for lr in (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)]
+    assert grid_best(axis, {}, "a", [], (100,), 800, 2, 3) == ([{"lr": v} for v in (1.0, 2.0, 4.0, 8.0)], None)
+    settings, best = grid_best(axis, {}, "a", runs(lambda lr: abs(lr - 16.0)), (100,), 800, 2, 3)
+    assert [s["lr"] for s in settings] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0] and best == {"lr": 16.0}
+    settings, best = grid_best(axis, {}, "a", runs(lambda lr: lr), (100,), 800, 2, 3)
+    assert [s["lr"] for s in settings] == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0] and best == {"lr": 0.25}  # extend=2
+
+
+def test_runs_without_steps_are_told_apart_and_scored_without_them():
+    s = _study(records_steps=False, paired_phase="seeds", paired_seeds=(0, 1), long_arms=(), check_seed=None,
+               families=())
+    first = plan(s, []).ready[0]
+    assert "steps" not in first and s.key(first) == ("a", 100, "sweep", 2e-3, 0.05, None, None)
+    runs, state = _finish(s, lambda p: abs((p["warmup_frac"] or 0) - 0.25) + p["lr"])
+    assert state.best["a"]["warmup_frac"] == 0.25 and {r["phase"] for r in runs} == {"sweep", "seeds"}
+    assert all("steps" not in r for r in runs) and state.remaining == 0
+
+
+def test_the_order_of_ready_is_the_studys():
+    base = dict(paired_seeds=(0, 1), long_arms=(), check_seed=None, families=())
+    score = lambda p: abs((p["warmup_frac"] or 0) - 0.25) + p["lr"] + (p.get("muon_lr") or 0) + (p.get("scale_lr") or 0)  # noqa: E731
+    sweeps_done = [r for r in _finish(_study(**base), score)[0] if r["phase"] == "sweep"]
+    arms_then_seeds = [(p["seed"], p["arm"]) for p in plan(_study(**base), sweeps_done).ready]
+    assert arms_then_seeds == [(0, "a"), (0, "b"), (0, "m"), (1, "a"), (1, "b"), (1, "m")]
+    first = _study(**base, paired_first=("m",))
+    assert [p["arm"] for p in plan(first, sweeps_done).ready][:3] == ["m", "a", "b"]
+    by_arm = _study(**base, order="arm_by_arm")
+    assert [(p["arm"], p["seed"]) for p in plan(by_arm, sweeps_done).ready] == [
+        ("a", 0), ("a", 1), ("b", 0), ("b", 1), ("m", 0), ("m", 1)]
+    with pytest.raises(ValueError, match="order must be one of"):
+        _study(order="random")
+    with pytest.raises(ValueError, match="neither an arm"):
+        _study(paired_first=("z",))
+
+
+def test_the_long_phase_by_arm_runs_each_arms_checks_then_its_seeds():
+    score = lambda p: (1.0 if p["arm"] == "b" else 0.0) + abs(p["lr"] - 2e-3) + abs((p.get("muon_lr") or 0.01) - 0.01)  # noqa: E731
+    runs, _ = _finish(_study(order="long_by_arm"), score)
+    longs = [(r["arm"], r["phase"]) for r in runs if r["phase"] in ("check", "long")]
+    assert longs == [("a", "check")] * 3 + [("a", "long")] * 2 + [("m", "check")] * 3 + [("m", "long")] * 2
+    runs, _ = _finish(_study(), score)
+    longs = [(r["arm"], r["phase"]) for r in runs if r["phase"] in ("check", "long")]
+    assert longs == [("a", "check")] * 3 + [("m", "check")] * 3 + [("a", "long"), ("m", "long")] * 2
+
+
+def test_fields_added_since_the_fourth_study_are_stored_only_where_they_are_set():
+    d = declared(_study())
+    assert not {"records_steps", "paired_phase", "paired_first", "order", "layout"} & set(d)
+    assert declared(_study(order="long_by_arm"))["order"] == "long_by_arm"
+
+
+def test_an_older_layout_stores_one_stage_per_arm():
+    one = _study(tunings=(Tuning("a", stages=((("lr", (1e-3, 2e-3, 4e-3)),),)),
+                          Tuning("b", stages=((("scale_lr", (0.01, 0.1)),),)),
+                          Tuning("m", stages=((("muon_lr", (0.01, 0.02, 0.04)),),), takes=(("lr", "a"),))),
+                 layout="round1", long_arms=(), check_seed=None, families=())
+    assert declared(one)["sweeps"][2] == {"arm": "m", "swept": "muon_lr", "values": [0.01, 0.02, 0.04],
+                                          "takes": [["lr", "a"]], "extend": 2}
+    with pytest.raises(ValueError, match="one stage per arm"):
+        declared(_study(layout="round2"))

@@ -9,8 +9,10 @@ import pytest
 
 from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.lm import results as lm_results
-from stiefel_mini.experiments.lm.config import PRESETS, STUDY
+from stiefel_mini.experiments.lm.config import PRESETS
 from stiefel_mini.experiments.lm.model import build_model
+from stiefel_mini.experiments.lm.plans import DEFAULTS, plan
+from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2, ROUND3
 
 
 def _run(arm, phase, seed, val_bpb, curve=(3.0, 2.0), diverged_at=None, **lr):
@@ -86,7 +88,7 @@ def test_setup_facts_follow_from_the_config_and_the_tokenizer():
     assert f["params"] == sum(p.numel() for p in build_model(cfg).parameters())
     assert f["uniform_bpb"] == pytest.approx(math.log2(cfg.model.vocab_size) / f["bytes_per_token"])
     assert 3 < f["bytes_per_token"] < 5 and 0 < f["passes"] < 1
-    assert f["seeds"] == STUDY.seeds and f["head_size"] * f["heads"] == f["width"]
+    assert f["seeds"] == ROUND1.paired_seeds and f["head_size"] * f["heads"] == f["width"]
     assert f["val_years"][0] >= f["years"][0] and f["test_years"][1] <= f["years"][1]
 
 
@@ -118,11 +120,9 @@ def test_difference_band_pairs_seeds_and_leaves_out_diverged_runs(payload):
 
 
 def _r2(arm, seed, val_bpb, phase="sweep", steps=800, **fields):
-    from stiefel_mini.experiments.lm.round2 import DEFAULTS, USES2
-
     return {"arm": arm, "seed": seed, "phase": phase, "steps": steps, "val_bpb": val_bpb,
-            **{k: (fields[k] if k in fields else DEFAULTS[k]) if k in USES2[arm] else None
-               for k in ("lr", "warmup_frac", "frame_lr", "max_step", "muon_lr", "per_head")}}
+            **{k: (fields[k] if k in fields else DEFAULTS[k]) if k in ROUND2.uses(arm) else None
+               for k in ROUND2.fields}}
 
 
 def test_round2_sweep_rows_average_each_setting_over_its_seeds_in_plan_order():
@@ -137,16 +137,14 @@ def test_round2_sweep_rows_average_each_setting_over_its_seeds_in_plan_order():
 
 
 def test_round2_progress_counts_phases_and_the_work_left():
-    from stiefel_mini.experiments.lm.round2 import ROUND2, budget
-
-    plan = budget(ROUND2, 1.0)
+    budget = 60 + 96 + 2 * (3 + 8) * 3  # sweeps, paired runs, two long arms' checks and runs (3x as long)
     empty = lm_results.round2_progress(None)
-    assert empty["finished"] == {} and empty["done"] == 0 and empty["remaining"] == pytest.approx(plan["equivalents"])
+    assert empty["finished"] == {} and empty["done"] == 0 and empty["remaining"] == pytest.approx(budget)
     runs = [_r2("adamw", s, 1.7, lr=1e-3, warmup_frac=0.05) for s in (100, 101)]
     runs.append(_r2("stiefel", 100, 1.6, phase="check", steps=2400, frame_lr=0.1, max_step=0.3))
     got = lm_results.round2_progress({"runs": runs})
     assert got["finished"] == {"sweep": 2, "check": 1} and got["done"] == pytest.approx(5.0)
-    assert got["remaining"] == pytest.approx(plan["equivalents"] - 2)  # the check is not one the plan asks for yet
+    assert got["remaining"] == pytest.approx(budget - 2)  # the check is not one the plan asks for yet
     assert got["best"] == {} and got["better"] == {}
 
 
@@ -212,17 +210,15 @@ def test_sharpness_reads_medians_over_seeds_and_bounds_only_a_learned_scale_at_i
 
 
 def test_round3_progress_and_runs_read_its_sweep_and_its_paired_seeds():
-    from stiefel_mini.experiments.lm.round3 import ROUND3, plan3
-
     sweep = [{**p, "val_bpb": 1.6 + 0.01 * (p["scale_lr"] != 0.3) + 1e-3 * (p["seed"] == 101)}
-             for p in plan3(ROUND3, []).ready if p["arm"] == "stiefel_scale"]
+             for p in plan(ROUND3, []).ready if p["arm"] == "stiefel_scale"]
     assert lm_results.round3_runs({"runs": sweep[:-1]}, "stiefel_scale", "sweep") == {}  # not complete yet
-    paired = [{**p, "val_bpb": 1.55} for p in plan3(ROUND3, sweep).ready if p["phase"] == "paired"][:3]
+    paired = [{**p, "val_bpb": 1.55} for p in plan(ROUND3, sweep).ready if p["phase"] == "paired"][:3]
     payload = {"runs": sweep + paired}
     got = lm_results.round3_progress(payload)
     assert got["finished"] == {"sweep": 8, "paired": 3} and got["best"]["stiefel_scale"]["scale_lr"] == 0.3
     assert got["sweep"]["stiefel_scale"][2] == (0.3, pytest.approx(1.6005), 2)
-    assert got["remaining"] == plan3(ROUND3, payload["runs"]).remaining
+    assert got["remaining"] == plan(ROUND3, payload["runs"]).remaining
     assert sorted(lm_results.round3_runs(payload, "stiefel_scale")) == [0, 1, 2]
     assert {r["scale_lr"] for r in lm_results.round3_runs(payload, "stiefel_scale", "sweep").values()} == {0.3}
     assert lm_results.round3_progress(None) == {"finished": {}, "done": 0, "remaining": 48.0, "best": {}, "sweep": {}}
