@@ -15,11 +15,18 @@ from stiefel_mini.experiments.cifar import experiment as cifar_experiment
 from stiefel_mini.experiments.config import ConfigError
 from stiefel_mini.experiments.grokking import experiment as grokking_experiment
 from stiefel_mini.experiments.lm import experiment as lm_experiment
+from stiefel_mini.experiments.lm import run_study
 from stiefel_mini.experiments.records import save_results
 
 REPO = Path(__file__).resolve().parents[2]
-PARSERS = {"cifar": cifar_experiment.parse_args, "grokking": grokking_experiment.parse_args,
-           "lm": lm_experiment.parse_args}
+
+
+def _lm_parse(argv: list[str]):
+    """The language-model command line's two parsers, chosen as its ``main`` chooses."""
+    return (run_study.parse_args if run_study.is_study_command(argv) else lm_experiment.parse_args)(argv)
+
+
+PARSERS = {"cifar": cifar_experiment.parse_args, "grokking": grokking_experiment.parse_args, "lm": _lm_parse}
 
 
 def test_changed_fields_names_every_disagreeing_key():

@@ -107,6 +107,12 @@ def _named(argv: list[str]) -> list[str]:
     return argv
 
 
+def is_study_command(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` names a declared study (``study ...`` or an old spelling, :data:`ALIASES`) rather
+    than one run of :mod:`stiefel_mini.experiments.lm.experiment`."""
+    return bool(argv) and argv[0] in ("study", *ALIASES)
+
+
 def parse_args(argv: Sequence[str]) -> tuple[Study, _Args, LMConfig]:
     """``(study, its arguments, the base config)`` of ``study NAME [--workers N] [--out PATH] [--dry_run true]
     [--field value ...]`` (or an old spelling of it, :data:`ALIASES`)."""
@@ -128,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if "-h" in argv or "--help" in argv:
         print(__doc__)
         print(config_help(_Args))
-    if not argv or argv[0] not in ("study", *ALIASES) or "-h" in argv or "--help" in argv:
+    if not is_study_command(argv) or "-h" in argv or "--help" in argv:
         experiment.main(argv)
         return
     try:
