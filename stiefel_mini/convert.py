@@ -45,7 +45,7 @@ from torch import nn
 
 from .attention import LOGIT_SCALES
 from .conversion_report import ConversionReport, ConvertedLayer
-from .muon import mark_adamw_params
+from .muon import mark_muon_roles
 from .mha import StiefelMultiheadAttention
 from .groups import FrameHolder
 from .projection import FrameProjection, mean_gain
@@ -405,7 +405,7 @@ def convert_attention(
         )
     existing = {id(m) for m in model.modules()}
     adapted, notes = convert_adapted(model, stiefel=stiefel, logit_scale=logit_scale, num_heads=num_heads)
-    mark_adamw_params(model)  # StiefelMuon trains the embeddings and the output head with AdamW
+    mark_muon_roles(model)  # the role StiefelMuon gives each parameter, read off the model
     report = ConversionReport(stiefel=stiefel, layers=adapted, notes=notes, kept=sum(before.values()))
     if adapted and hasattr(getattr(model, "config", None), "to_json_string"):
         model.config.stiefel_attention = {"stiefel": stiefel, "logit_scale": logit_scale}

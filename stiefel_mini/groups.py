@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _distributed as _dt
+from . import _frame_guard
 from .geometry import orthogonality_error
 
 __all__ = ["param_groups", "frame_parameters", "qk_parameters", "logit_scale_parameters", "mark_frame", "is_frame",
@@ -156,14 +157,11 @@ class FrameHolder(nn.Module):
 
 
 def _check_hook(module: FrameHolder, args: Any) -> None:
-    """Forward pre-hook: :meth:`FrameHolder.check_frames` at the first training-mode forward and every
-    :data:`CHECK_EVERY`-th after it, until it has warned."""
-    if not module.training or not CHECK_EVERY or torch.compiler.is_compiling():
-        return
-    count = module.__dict__.get("_training_forwards", 0)
-    module.__dict__["_training_forwards"] = count + 1
-    if count % CHECK_EVERY == 0 and not module.__dict__.get("_warned_off_manifold"):
-        module.check_frames()
+    """Forward pre-hook: in training mode, :meth:`FrameHolder.check_frames` when a frame was written
+    by something other than a Stiefel rule since it was last checked, and at the first training-mode
+    forward and every :data:`CHECK_EVERY`-th after it, until it has warned (:mod:`._frame_guard`)."""
+    if module.training and CHECK_EVERY and not torch.compiler.is_compiling():
+        _frame_guard.on_training_forward(module, CHECK_EVERY)
 
 
 def _collect(model: nn.Module, method: str) -> Iterator[nn.Parameter]:

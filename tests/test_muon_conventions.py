@@ -45,7 +45,7 @@ def _frame_step(W, U, lr, multiplier=None):
         ({"params": [nn.Parameter(torch.randn(5))], "role": "muon"}, "role='muon' needs a matrix"),
         ({"params": [nn.Parameter(torch.randn(10, 4))], "heads": 3}, "3 equal blocks"),
         ({"params": [nn.Parameter(torch.randn(2, 6, 4))], "heads": 2}, "2 equal blocks"),
-        ({"params": [nn.Parameter(torch.randn(4, 12))], "heads": 2, "fused": 3}, "in_out=False"),
+        ({"params": [nn.Parameter(torch.randn(4, 12))], "heads": 2, "projections": 3}, "in_out=False"),
         ({"params": [nn.Parameter(torch.randn(3, 3))], "eps": -1.0}, "eps"),
         ({"params": [nn.Parameter(torch.randn(3, 3))], "frame_lr": "0.1"}, "frame_lr"),
     ],
@@ -59,7 +59,7 @@ def test_a_tensor_muon_cannot_step_is_refused_when_its_group_is_added(group, mat
     # Nothing was added, not even the frame's group that a valid tensor in the same call would make.
     assert [[id(p) for p in g["params"]] for g in opt.param_groups] == before
     # the same layout stored (in, out) splits the last dimension: 12 = 3 x 2 x 2 blocks
-    StiefelMuon([nn.Parameter(torch.randn(4, 12))], heads=2, fused=3, in_out=True)
+    StiefelMuon([nn.Parameter(torch.randn(4, 12))], heads=2, projections=3, in_out=True)
 
 
 def test_zero_grad_none_skips_every_role_and_zero_gradients_coast_on_momentum():
@@ -95,7 +95,7 @@ def test_lambda_lr_scales_the_step_each_role_takes():
     frame, matrix, vector = _params()
     opt = StiefelMuon([frame, matrix, vector], lr=0.1, frame_lr=0.04, adamw_lr=0.01, momentum=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
-    assert [g["initial_lr"] for g in opt.param_groups] == [0.04, 0.1, 0.01]
+    assert [g["initial_lr"] for g in opt.param_groups] == [0.1]  # one group: its lead role's (Muon's) lr
     for step in range(3):
         _set_grads([frame, matrix, vector], seed=step)
         G = matrix.grad.clone()
@@ -106,21 +106,22 @@ def test_lambda_lr_scales_the_step_each_role_takes():
         torch.testing.assert_close(_spectral_length(W0, frame.detach()), torch.full((2,), 0.04 * lr), rtol=1e-2, atol=0)
         torch.testing.assert_close(matrix.detach(), M0 + muon_update(G, 0.1 * lr))
         sched.step()
-    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.04 / 8, 0.1 / 8, 0.01 / 8])
+    assert [r["lr"] for r in opt.roles()] == pytest.approx([0.04 / 8, 0.1 / 8, 0.01 / 8])
 
 
 def test_one_cycle_lr_follows_torchs_schedule_in_every_role():
     frame, matrix, vector = _params()
     opt = StiefelMuon([frame, matrix, vector], lr=0.1, frame_lr=0.04, adamw_lr=0.01)
-    max_lr = [g["lr"] for g in opt.param_groups]
-    # the same schedule on torch's AdamW with one group per role
-    ref = torch.optim.AdamW([{"params": [nn.Parameter(torch.zeros(1))]} for _ in max_lr])
-    scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=max_lr, total_steps=6) for o in (opt, ref)]
+    # the same schedule on torch's AdamW with the one group given
+    ref = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.1, total_steps=6) for o in (opt, ref)]
     for step in range(5):
-        assert [g["lr"] for g in opt.param_groups] == pytest.approx([g["lr"] for g in ref.param_groups])
+        factor = ref.param_groups[0]["lr"] / 0.1
+        # every role moves in proportion: each peaks at its own lr
+        assert [r["lr"] for r in opt.roles()] == pytest.approx([0.04 * factor, 0.1 * factor, 0.01 * factor])
         # OneCycleLR cycles beta1 when the defaults have betas (AdamW's and StiefelMuon's do): Muon's
         # momentum stays fixed; pass cycle_momentum=False to leave AdamW's beta1 fixed too
-        assert [g["betas"][0] for g in opt.param_groups] == pytest.approx([g["betas"][0] for g in ref.param_groups])
+        assert opt.param_groups[0]["betas"][0] == pytest.approx(ref.param_groups[0]["betas"][0])
         assert all(g["momentum"] == 0.95 for g in opt.param_groups)
         _set_grads([frame, matrix, vector], seed=step)
         opt.step()
@@ -141,7 +142,8 @@ def test_a_group_added_after_construction_steps_and_round_trips():
         return opt
 
     opt, opt2 = build(frame, matrix, vector), build(*twin)
-    assert [(g["role"], g["lr"]) for g in opt.param_groups] == [("muon", 0.05), ("frame", 0.2), ("adamw", 0.01)]
+    assert [(r["group"], r["role"], r["lr"]) for r in opt.roles()] == [(0, "muon", 0.05), (1, "frame", 0.2),
+                                                                      (1, "adamw", 0.01)]
     _set_grads([frame, matrix, vector], seed=3)
     expected = _frame_step(frame.detach(), frame.grad, 0.2)
     opt.step()
