@@ -33,6 +33,16 @@ def trust(p: Tensor) -> None:
     setattr(p, TRUSTED, p._version)
 
 
+def mark_replaced(model: Any, replaced: dict[str, Any]) -> None:
+    """Mark the parameters of the modules ``replaced`` (by qualified name) that ``model`` no longer holds,
+    so that an optimizer built before the conversion is refused at its first step."""
+    live = {id(p) for p in model.parameters()}
+    for where, module in replaced.items():
+        for pname, p in module.named_parameters():
+            if id(p) not in live:
+                setattr(p, REPLACED, f"{where}.{pname}")
+
+
 def _checkable(p: Tensor) -> bool:
     return not (_dt.is_dtensor(p) or p.numel() == 0 or p.is_meta or p.is_inference())
 

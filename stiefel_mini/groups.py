@@ -51,8 +51,9 @@ converted model's own size (``scale_start="keep"``); the fourth study re-sweeps 
 """
 
 CHECK_EVERY = 100
-"""A :class:`FrameHolder` checks its frames at its first training-mode forward and every
-``CHECK_EVERY``-th after it (:meth:`FrameHolder.check_frames`); ``0`` turns the check off."""
+"""A :class:`FrameHolder` checks its frames (:meth:`FrameHolder.check_frames`) at a training-mode
+forward after anything but a Stiefel rule wrote them, at its first and every ``CHECK_EVERY``-th after
+it (writes through ``.data`` leave no trace); ``0`` turns the check off."""
 
 
 def off_manifold_tolerance(dtype: torch.dtype) -> float:
@@ -91,9 +92,11 @@ class FrameHolder(nn.Module):
     Frames stay frames only under a Stiefel rule (:class:`~stiefel_mini.optim.StiefelAdam`,
     ``StiefelMuon``); ``torch.optim.AdamW`` (the Hugging Face Trainer's
     default) or a hand-written update moves them off the manifold while the model keeps running.
-    So the module checks them (:meth:`check_frames`) at its first training-mode forward and every
-    :data:`CHECK_EVERY`-th after it, and warns once when one has left. The check is skipped under
-    ``torch.compile`` and for DTensor (sharded) frames.
+    So the module checks them (:meth:`check_frames`) at the first training-mode forward after
+    anything but a Stiefel rule wrote them (a frame's version counter says so, at the cost of an
+    attribute read), at its first training-mode forward and every :data:`CHECK_EVERY`-th after it, and
+    warns once when one has left; an optimizer other than a Stiefel rule that holds frames warns at
+    its first step. The check is skipped under ``torch.compile`` and for DTensor (sharded) frames.
     """
 
     def frame_names(self) -> tuple[str, ...]:

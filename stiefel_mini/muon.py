@@ -235,7 +235,7 @@ class StiefelMuon(torch.optim.Optimizer):
         merged = {**self.defaults, **own}
         check_options(merged)
         roles, guesses = [], []
-        for p in params:  # every tensor is checked before the group is added
+        for j, p in enumerate(params):  # every tensor is checked before the group is added
             name, t = p if isinstance(p, tuple) else (None, p)
             role = group_role(t, name, merged)
             if role.role == "frame":
@@ -244,7 +244,7 @@ class StiefelMuon(torch.optim.Optimizer):
                 check_muon_tensor(t, merged, role.layout)
             roles.append(role.role)
             if role.guessed:
-                guesses.append(f"{name or role.name or 'a parameter'} {tuple(t.shape)}: {rule_text(role)} ({role.why})")
+                guesses.append(f"{name or role.name or f'parameter {j}'} {tuple(t.shape)}: {rule_text(role)} ({role.why})")
         given = own.get("lr")
         frame_lr = own.get("frame_lr", given)
         frame_lr = frame_lr if frame_lr is not None else (

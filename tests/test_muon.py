@@ -9,7 +9,6 @@ from torch import nn
 from stiefel_mini import StiefelMuon, convert_attention, frame_parameters, mark_muon_roles, muon_update
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 from stiefel_mini.groups import mark_frame
-from stiefel_mini import muon
 from stiefel_mini.muon import newton_schulz_dtype, zeropower_via_newtonschulz
 
 pytestmark = pytest.mark.quick
@@ -220,3 +219,43 @@ def test_add_param_group_after_construction_adds_one_group():
     assert len(opt.param_groups) == 2
     assert [(r["group"], r["role"], r["lr"]) for r in opt.roles()] == [(0, "muon", 0.01), (1, "frame", 0.2),
                                                                       (1, "adamw", 3e-4)]
+
+
+def test_a_non_finite_gradient_is_named_by_its_name_and_a_sparse_one_is_refused_clearly():
+    model = _gpt2()
+    opt = StiefelMuon(model.named_parameters())
+    _loss(model).backward()
+    model.transformer.h[1].mlp.c_fc.weight.grad[0, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"gradient of 'transformer\.h\.1\.mlp\.c_fc\.weight', parameter \d+ of param "
+                       r"group 0, of shape \(32, 128\), role 'muon' is not finite"):
+        opt.step()
+    emb = nn.Embedding(10, 4, sparse=True)
+    opt = StiefelMuon(emb.named_parameters())
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(ValueError, match=r"gradient of 'weight'.* is sparse .*sparse=False.*SparseAdam"):
+        opt.step()
+
+
+def test_newton_schulz_runs_in_bfloat16_where_the_device_computes_it_natively(monkeypatch):
+    for flag in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, flag, lambda: False)
+    assert newton_schulz_dtype("cpu") == torch.float32  # emulated bfloat16 products are far slower
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert newton_schulz_dtype("cpu") == torch.bfloat16
+    assert newton_schulz_dtype("meta") == torch.float32
+    G = torch.randn(24, 40, generator=torch.Generator().manual_seed(0))
+    fast, exact = zeropower_via_newtonschulz(G, dtype=torch.bfloat16), zeropower_via_newtonschulz(G)
+    s = torch.linalg.svdvals(fast)
+    assert s.min() > 0.6 and s.max() < 1.25  # the same band as in float32
+    assert ((fast * exact).sum() / exact.norm() ** 2) > 0.98  # and the same direction
+    steps = {}
+    for ns_dtype in ("auto", "float32", "bfloat16"):
+        W = nn.Parameter(G.clone())
+        opt = StiefelMuon([W], lr=0.1, momentum=0.0, ns_dtype=ns_dtype)
+        W.grad = G.clone()
+        opt.step()
+        steps[ns_dtype] = W.detach() - G
+    torch.testing.assert_close(steps["auto"], muon_update(G, 0.1, ns_dtype=torch.bfloat16))  # AMX: auto is bf16
+    torch.testing.assert_close(steps["bfloat16"], steps["auto"])
+    torch.testing.assert_close(steps["float32"], muon_update(G, 0.1))
+    assert not torch.equal(steps["float32"], steps["bfloat16"])

@@ -157,3 +157,96 @@ def test_a_group_added_after_construction_steps_and_round_trips():
         o.step()
     for a, b in zip((frame, matrix, vector), twin):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _adamw_twin(p: nn.Parameter, **kw) -> tuple[nn.Parameter, torch.optim.AdamW]:
+    twin = nn.Parameter(p.detach().clone())
+    return twin, torch.optim.AdamW([twin], eps=1e-8, **kw)
+
+
+def test_a_groups_own_lr_weight_decay_and_betas_win_over_the_role_defaults():
+    frame, matrix, vector = _params()
+    opt = StiefelMuon([{"params": [vector], "lr": 1e-3, "weight_decay": 0.2, "betas": (0.8, 0.9)},
+                       {"params": [frame], "lr": 0.05}, {"params": [matrix]}], lr=0.1, frame_lr=0.01, adamw_lr=3e-4,
+                      weight_decay=0.0, momentum=0.0)
+    twin, ref = _adamw_twin(vector, lr=1e-3, weight_decay=0.2, betas=(0.8, 0.9))
+    for step in range(3):
+        _set_grads([frame, matrix, vector], seed=step)
+        twin.grad = vector.grad.clone()
+        W0, M0, G = frame.detach().clone(), matrix.detach().clone(), matrix.grad.clone()
+        opt.step()
+        ref.step()
+        torch.testing.assert_close(vector.detach(), twin.detach())  # at the group's lr, decay and betas
+        torch.testing.assert_close(_spectral_length(W0, frame.detach()), torch.full((2,), 0.05), rtol=1e-2, atol=0)
+        torch.testing.assert_close(matrix.detach(), M0 + muon_update(G, 0.1))  # a group without lr: the role's
+    assert [g["lr"] for g in opt.param_groups] == [1e-3, 0.05, 0.1]
+
+
+def test_a_schedulers_per_group_list_counts_the_groups_given_and_one_lr_moves_every_role_in_proportion():
+    frame, matrix, vector = _params()
+    opt = StiefelMuon([{"params": [frame]}, {"params": [matrix]}, {"params": [vector]}], lr=0.02, frame_lr=0.03,
+                      adamw_lr=1e-3)
+    assert len(opt.param_groups) == 3  # as given, not split by role
+    torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[0.03, 0.02, 1e-3], total_steps=4)
+    model = StiefelMuon([frame, matrix, vector], lr=0.02, frame_lr=0.03, adamw_lr=1e-3)  # one group, three roles
+    sched = torch.optim.lr_scheduler.OneCycleLR(model, max_lr=0.02, total_steps=10, pct_start=0.5)
+    for _ in range(4):  # to the peak, at step pct_start * total_steps - 1
+        model.step()
+        sched.step()
+    lrs = {r["role"]: r["lr"] for r in model.roles()}
+    assert lrs == pytest.approx({"frame": 0.03, "muon": 0.02, "adamw": 1e-3})  # each role at its own peak
+
+
+def test_gains_biases_and_scales_are_not_decayed_unless_their_group_asks():
+    frame, matrix, vector = _params()
+    log_scale = nn.Parameter(torch.zeros(2))
+    opt = StiefelMuon([matrix, vector], lr=0.1, weight_decay=0.5, adamw_lr=1e-2)
+    opt.add_param_group({"params": [log_scale]})
+    asked = nn.Parameter(torch.ones(3))
+    opt.add_param_group({"params": [asked], "weight_decay": 0.5})
+    for p in (matrix, vector, log_scale, asked):
+        p.grad = torch.zeros_like(p)  # AdamW moves a zero-gradient parameter by its decay alone
+    before = [p.detach().clone() for p in (vector, log_scale, asked)]
+    opt.step()
+    assert torch.equal(vector.detach(), before[0]) and torch.equal(log_scale.detach(), before[1])
+    torch.testing.assert_close(asked.detach(), before[2] * (1 - 1e-2 * 0.5))
+    assert [r["weight_decay"] for r in opt.roles()] == [0.5, 0.0, 0.0, 0.5]
+
+
+@pytest.mark.parametrize("bad", [dict(lr=float("inf")), dict(lr=float("nan")), dict(frame_lr=float("inf")),
+                                 dict(adamw_lr=float("inf")), dict(weight_decay=float("nan")), dict(fused=True),
+                                 dict(differentiable=True), dict(maximize="yes"), dict(foreach="no")])
+def test_non_finite_lrs_and_unavailable_implementations_raise(bad):
+    with pytest.raises(ValueError, match=f"StiefelMuon: {next(iter(bad))}="):
+        StiefelMuon([nn.Parameter(torch.randn(3, 3))], **bad)
+
+
+def test_a_tensor_lr_works_as_the_same_float():
+    runs = []
+    for lr in (0.1, torch.tensor(0.1)):
+        frame, matrix, vector = _params()
+        opt = StiefelMuon([frame, matrix, vector], lr=lr, frame_lr=0.05)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
+        for step in range(2):
+            _set_grads([frame, matrix, vector], seed=step)
+            opt.step()
+            sched.step()
+        runs.append([p.detach().clone() for p in (frame, matrix, vector)])
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b)  # float32's 0.1 is not float64's: equal to rounding
+
+
+def test_maximize_steps_up_every_role_and_foreach_is_adamws_choice():
+    results = []
+    for maximize, foreach in ((False, None), (True, True)):
+        frame, matrix, vector = _params()
+        opt = StiefelMuon([frame, matrix, vector], frame_lr=0.05, maximize=maximize, foreach=foreach)
+        for step in range(2):
+            _set_grads([frame, matrix, vector], seed=step)
+            if maximize:  # maximising f steps as minimising -f
+                for p in (frame, matrix, vector):
+                    p.grad.neg_()
+            opt.step()
+        results.append([p.detach().clone() for p in (frame, matrix, vector)])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b)
