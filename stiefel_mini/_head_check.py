@@ -32,7 +32,8 @@ class _Capture(TorchFunctionMode):
         kwargs = kwargs or {}
         if self.q is None and self.ready():
             if func is F.scaled_dot_product_attention:
-                self.q, self.k = kwargs.get("query", args[0] if args else None), kwargs.get("key", args[1] if len(args) > 1 else None)
+                named = {"query": args[0] if args else None, "key": args[1] if len(args) > 1 else None, **kwargs}
+                self.q, self.k = named["query"], named["key"]
             elif func in _PRODUCTS and len(args) >= 2 and isinstance(args[1], Tensor) and args[1].dim() >= 2 \
                     and args[0].shape[-1] == self.head_dim and args[1].shape[-2] == self.head_dim:
                 self.q, self.k = args[0], args[1].mT

@@ -12,6 +12,7 @@ from torch import Tensor
 ADJUST = (None, "original", "match_rms_adamw", "spectral_unclamped")
 NS_DTYPES = ("auto", "float32", "bfloat16")
 ROLES = ("frame", "muon", "adamw")
+"""The roles, each trained by its own rule (``"frame"`` by manifold Muon, ``"muon"`` by Muon, ``"adamw"`` by AdamW)."""
 
 
 def _number(x: Any) -> float | None:

@@ -182,5 +182,23 @@ def test_an_unmarked_model_takes_roles_from_names_and_shapes_and_says_so():
         opt = StiefelMuon(model.named_parameters())
     rows = {r["name"]: r for r in opt.roles()}
     assert rows["lm_head.weight"]["role"] == "adamw" and rows["transformer.h.0.mlp.c_fc.weight"]["role"] == "muon"
-    with pytest.warns(UserWarning, match=r"the role of 11 parameter\(s\) is a guess: parameter 0 \(40, 32\): Muon \(a matrix, by its shape\)"):
+    with pytest.warns(UserWarning, match=r"the role of 11 parameter\(s\) is a guess: parameter 0 \(40, 32\): Muon "
+                      r"\(a matrix, by its shape\)"):
         StiefelMuon(NanoGPT().parameters())  # no names, no marks: the matrices' roles come from their shapes
+
+
+def test_the_readmes_muon_recipe_runs_and_gives_the_roles_it_describes(capsys):
+    import re
+    from pathlib import Path
+
+    section = re.search(r"## The Muon recipe\n(.*?)\n## ", (Path(__file__).parents[1] / "README.md").read_text(),
+                        flags=re.S).group(1)
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the recipe guesses nothing
+        exec(compile(code, "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "2 attention layer(s)" in out and "StiefelMuon roles: 4 frames (manifold Muon)" in out
+    lrs = {r["role"]: r["lr"] for r in namespace["opt"].roles() if r["kind"] in ("frame", "matrix")}
+    assert lrs == pytest.approx({"frame": 0.02 / 25, "muon": 0.01 / 25})  # where OneCycleLR starts
