@@ -235,8 +235,8 @@ def _module_role(name: str, p: Tensor, mname: str, module: nn.Module, pname: str
 
 
 def group_role(p: Tensor, name: str | None, group: dict[str, Any]) -> Role:
-    """The role of ``p`` in ``group``: a frame stays a frame; then the group's ``role``, the mark, the
-    name, the shape."""
+    """The role of ``p`` in ``group``: a frame stays a frame; then the group's ``role``, a group named
+    ``"scale"`` (AdamW, as a learned logit scale), the mark, the name, the shape."""
     found = marked(p)
     if group["stiefel"] or is_frame(p):
         return Role("frame", "frame", "frame", "Stiefel frame" if not group["stiefel"] else "group stiefel=True",
@@ -247,6 +247,8 @@ def group_role(p: Tensor, name: str | None, group: dict[str, Any]) -> Role:
         layout = found.layout if found is not None and found.role == group["role"] else (
             "-" if p.dim() < 2 else "out_in" if p.dim() == 2 else "flatten")
         return Role(group["role"], kind, layout, f"group role={group['role']!r}", name=getattr(found, "name", ""))
+    if group.get("name") == "scale":  # param_groups' group of the learned logit scales
+        return Role("adamw", "scale", "-", "in the 'scale' param group", name=getattr(found, "name", ""))
     if found is not None:
         return found
     return name_role(name, p) if name else shape_role(p)

@@ -250,3 +250,19 @@ def test_maximize_steps_up_every_role_and_foreach_is_adamws_choice():
         results.append([p.detach().clone() for p in (frame, matrix, vector)])
     for a, b in zip(*results):
         torch.testing.assert_close(a, b)
+
+
+def test_the_scale_group_trains_its_scales_with_adamw_at_its_own_lr_without_decay():
+    scale = nn.Parameter(torch.zeros(4))
+    frame, matrix, _ = _params()
+    opt = StiefelMuon([{"params": [frame, matrix]}, {"name": "scale", "params": [scale], "lr": 0.3,
+                                                     "weight_decay": 0.0}], lr=0.02, adamw_lr=1e-3, weight_decay=0.1)
+    twin, ref = _adamw_twin(scale, lr=0.3, weight_decay=0.0, betas=(0.9, 0.95))
+    for step in range(3):
+        _set_grads([frame, matrix, scale], seed=step)
+        twin.grad = scale.grad.clone()
+        opt.step()
+        ref.step()
+    torch.testing.assert_close(scale.detach(), twin.detach())
+    row = opt.roles()[-1]
+    assert (row["role"], row["kind"], row["lr"], row["weight_decay"]) == ("adamw", "scale", 0.3, 0.0)
