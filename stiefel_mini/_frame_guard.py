@@ -33,14 +33,16 @@ def trust(p: Tensor) -> None:
     setattr(p, TRUSTED, p._version)
 
 
-def mark_replaced(model: Any, replaced: dict[str, Any]) -> None:
-    """Mark the parameters of the modules ``replaced`` (by qualified name) that ``model`` no longer holds,
-    so that an optimizer built before the conversion is refused at its first step."""
+def mark_replaced(model: Any, replaced: list[tuple[Any, str, Any]]) -> None:
+    """Mark the parameters of the modules ``replaced`` (``(parent, child name, old module)``) that
+    ``model`` no longer holds, so that an optimizer built before the conversion is refused at its
+    first step."""
     live = {id(p) for p in model.parameters()}
-    for where, module in replaced.items():
+    names = {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
+    for parent, child, module in replaced:
         for pname, p in module.named_parameters():
             if id(p) not in live:
-                setattr(p, REPLACED, f"{where}.{pname}")
+                setattr(p, REPLACED, f"{names.get(id(parent), '')}.{child}.{pname}".lstrip("."))
 
 
 def _checkable(p: Tensor) -> bool:

@@ -13,12 +13,31 @@ strided cut (``(d h)``, ``view(B, T, d_head, heads)``) mixes the coordinates of 
 
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 _PRODUCTS = (torch.matmul, Tensor.__matmul__, torch.bmm)
+_ATTENTION_NAME = re.compile(r"att(n|ention)", re.IGNORECASE)
+_FUSED_QKV = ("qkv", "c_attn", "Wqkv", "wqkv", "qkv_proj", "to_qkv", "in_proj", "query_key_value", "qkv_linear")
+
+
+def _linear(module: nn.Module | None) -> bool:
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def attention_like(module: nn.Module, pairs: dict[str, str]) -> bool:
+    """Whether ``module`` looks like attention: its class name says so and it has ``nn.Linear`` /
+    ``Conv1D`` children, or, whatever its class name, it holds a fused Q|K|V projection (a child
+    named ``qkv``, ``c_attn``, ``Wqkv``, ``in_proj``...) or a query/key pair of modules (``pairs``)."""
+    children = dict(module.named_children())
+    if _ATTENTION_NAME.search(type(module).__name__) and any(_linear(c) for c in children.values()):
+        return True
+    return any(_linear(children.get(n)) for n in _FUSED_QKV) or any(
+        isinstance(children.get(q), nn.Module) and isinstance(children.get(k), nn.Module) for q, k in pairs.items())
 
 
 class _Capture(TorchFunctionMode):
@@ -115,3 +134,11 @@ def check_head_slicing(name: str, module: nn.Module, q_name: str, k_name: str, h
         f"outputs into heads {how}; frames need each head's {head_dim} outputs contiguous, (h d), as "
         "view(B, T, heads, head_dim) reads them. Reorder the projection's outputs (and the forward) to (h d), or "
         "convert the layer by hand with FrameProjection.from_weight on weights whose rows are in (h d) order")
+
+
+def check_home_layer(name: str, module: nn.Module, q_name: str, pairs: dict[str, str], layer) -> list[str]:
+    """:func:`check_head_slicing` of a home-built layer converted as ``layer`` (a ``ConvertedLayer``):
+    ``[]``, or the note saying why it was not checked."""
+    note = check_head_slicing(name, module, q_name, pairs[q_name], layer.num_heads, layer.kv_heads or layer.num_heads,
+                              layer.frame_shape[1])
+    return [note] if note else []

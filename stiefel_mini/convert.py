@@ -37,14 +37,13 @@ layers are recognised by their class's module and their attributes.
 from __future__ import annotations
 
 import math
-import re
 import warnings
 
 import torch
 from torch import nn
 
 from ._frame_guard import mark_replaced
-from ._head_check import check_head_slicing
+from ._head_check import attention_like, check_home_layer
 from .attention import LOGIT_SCALES
 from .conversion_report import ConversionReport, ConvertedLayer
 from .muon import mark_muon_roles
@@ -60,9 +59,6 @@ HOME_BUILT_PAIRS = {"q_proj": "k_proj", "query": "key", "q": "k", "wq": "wk", "t
 HEAD_COUNT_NAMES = ("num_heads", "n_head", "n_heads", "num_attention_heads", "nhead")
 """Attribute names read as a home-built attention module's (query) head count."""
 _KV_COUNT_NAMES = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "n_kv_head")
-_ATTENTION_NAME = re.compile(r"att(n|ention)", re.IGNORECASE)
-FUSED_QKV_NAMES = ("qkv", "c_attn", "Wqkv", "wqkv", "qkv_proj", "to_qkv", "in_proj", "query_key_value", "qkv_linear")
-"""Child names read as a fused Q|K|V projection: a module holding one is attention-like, whatever its class name."""
 ROUTE = ("convert such a layer by hand: proj, _ = FrameProjection.from_weight(lin.weight, lin.bias, "
          "{'q': H, 'k': H}, head_dim) for a fused Q|K|V Linear whose rows are Q|K|V with heads contiguous "
          "(or {'q': H} for a query Linear), then setattr(module, child_name, proj); "
@@ -240,35 +236,15 @@ def _qk_norm(module: nn.Module) -> bool:
     return any(isinstance(m, nn.Module) and not isinstance(m, nn.Identity) for m in norms)
 
 
-def _linear(module: nn.Module | None) -> bool:
-    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
-
-
-def _attention_like(module: nn.Module) -> bool:
-    """Whether ``module`` looks like attention: its class name says so and it has ``nn.Linear`` /
-    ``Conv1D`` children, or, whatever its class name, it holds a fused Q|K|V projection
-    (:data:`FUSED_QKV_NAMES`) or a query/key pair of modules (:data:`HOME_BUILT_PAIRS`)."""
-    children = dict(module.named_children())
-    if _ATTENTION_NAME.search(type(module).__name__) and any(_linear(c) for c in children.values()):
-        return True
-    return any(_linear(children.get(n)) for n in FUSED_QKV_NAMES) or any(
-        isinstance(children.get(q), nn.Module) and isinstance(children.get(k), nn.Module)
-        for q, k in HOME_BUILT_PAIRS.items())
-
-
 def unread_attention(model: nn.Module) -> list[str]:
-    """``"name (module.Class)"`` of every attention-like module of ``model`` (:func:`_attention_like`)
-    that :func:`convert_attention` neither converts nor has converted."""
+    """``"name (module.Class)"`` of every attention-like module of ``model`` (``_head_check.attention_like``:
+    by its class name, or a fused Q|K|V or query/key pair of children, whatever its class name) that
+    :func:`convert_attention` neither converts nor has converted."""
     read = {id(module) for _, module, _ in find_adapted(model)}
-    found = []
-    for name, module in model.named_modules():
-        if (id(module) in read or isinstance(module, (FrameHolder, nn.MultiheadAttention))
-                or any(isinstance(c, (FrameProjection, StiefelMultiheadAttention)) for c in module.children())):
-            continue
-        if _attention_like(module):
-            cls = type(module)
-            found.append(f"{name or 'model'} ({cls.__module__}.{cls.__qualname__})")
-    return found
+    return [f"{name or 'model'} ({type(m).__module__}.{type(m).__qualname__})" for name, m in model.named_modules()
+            if id(m) not in read and not isinstance(m, (FrameHolder, nn.MultiheadAttention))
+            and not any(isinstance(c, (FrameProjection, StiefelMultiheadAttention)) for c in m.children())
+            and attention_like(m, HOME_BUILT_PAIRS)]
 
 
 @torch.no_grad()
@@ -314,15 +290,11 @@ def convert_adapted(model: nn.Module, *, stiefel: bool, logit_scale: str,
     for name, module, layout in find_adapted(model):
         layer, new = (_fused if layout in ("timm", "gpt2") else _separate)(name, module, layout, opts)
         if layout.startswith("home:"):  # the known layouts' head order is their library's; this one's is its code's
-            q_name = layout.removeprefix("home:")
-            note = check_head_slicing(name, module, q_name, HOME_BUILT_PAIRS[q_name], layer.num_heads,
-                                      layer.kv_heads or layer.num_heads, layer.frame_shape[1])
-            notes += [note] if note else []
+            notes += check_home_layer(name, module, layout.removeprefix("home:"), HOME_BUILT_PAIRS, layer)
         layers.append(layer)
         swaps += new
         normed += _qk_norm(module)
-    names = {id(m): n for n, m in model.named_modules()}
-    replaced = {f"{names[id(parent)]}.{child}".lstrip("."): getattr(parent, child) for parent, child, _ in swaps}
+    replaced = [(parent, child, getattr(parent, child)) for parent, child, _ in swaps]
     for parent, child, new in swaps:
         setattr(parent, child, new)
     mark_replaced(model, replaced)
@@ -441,10 +413,8 @@ def convert_attention(
         for child_name, child in parent.named_children()
         if isinstance(child, nn.MultiheadAttention)
     ]
-    swapped = {}
     for parent_name, parent, child_name, child in targets:
         name = f"{parent_name}.{child_name}" if parent_name else child_name
-        swapped[name] = child
         if id(child) not in converted:
             new = StiefelMultiheadAttention.configured_like(child, stiefel=stiefel, logit_scale=logit_scale)
             d_q, d_k = new.load_from_torch(child)
@@ -456,7 +426,7 @@ def convert_attention(
         else:
             report.notes.append(f"{name} is the same module as an earlier one; kept shared")
         setattr(parent, child_name, converted[id(child)])
-    mark_replaced(model, swapped)
+    mark_replaced(model, [(parent, child_name, child) for _, parent, child_name, child in targets])
     mark_muon_roles(model)  # the role StiefelMuon gives each parameter, read off the model
     for name, module in model.named_modules():
         if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):

@@ -172,12 +172,16 @@ class StiefelMuon(torch.optim.Optimizer):
     were given) before anything changes, on every rank of a device mesh; a sparse gradient raises
     too. A tensor its role cannot step raises ``ValueError`` when its group is added.
 
-    **The Muon recipe** (the README's library section has it for GPT-2, Llama, a ViT and a
-    classifier fine-tune)::
+    **The Muon recipe** (the README's section "The Muon recipe" has it for GPT-2, Llama, a ViT and a
+    classifier fine-tune; the lrs are those the language-model studies chose)::
 
-        report = convert_attention(model, logit_scale="learned")   # frames, and every role marked
-        opt = StiefelMuon(param_groups(model), lr=0.02, frame_lr=0.03, adamw_lr=3e-4, weight_decay=0.1)
-        print(opt.role_table())                                      # check the roles before training
+        convert_attention(model, logit_scale="learned", scale_start="unit")  # frames; every role marked
+        opt = StiefelMuon(param_groups(model), lr=0.01, frame_lr=0.02, adamw_lr=2e-3, weight_decay=0.1)
+        print(opt.role_table())  # check the roles before training; the "scale" group has its own lr
+
+    ``param_groups`` gives the learned logit scales a group ``"scale"`` (lr ``DEFAULT_SCALE_LR``, no
+    decay), which this optimizer trains with AdamW at that lr; any parameter of a group named
+    ``"scale"`` is trained so.
 
     Args:
         params: parameters, ``(name, parameter)`` pairs, or groups; a group may set any option below.

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from stiefel_mini import StiefelMuon, convert_attention, mark_muon_roles, muon_update
+from stiefel_mini.groups import DEFAULT_SCALE_LR
 from stiefel_mini.muon import zeropower_via_newtonschulz
 from stiefel_mini.projection import FrameProjection
 
@@ -200,5 +201,9 @@ def test_the_readmes_muon_recipe_runs_and_gives_the_roles_it_describes(capsys):
         exec(compile(code, "README.md", "exec"), namespace)
     out = capsys.readouterr().out
     assert "2 attention layer(s)" in out and "StiefelMuon roles: 4 frames (manifold Muon)" in out
-    lrs = {r["role"]: r["lr"] for r in namespace["opt"].roles() if r["kind"] in ("frame", "matrix")}
+    rows = namespace["opt"].roles()
+    lrs = {r["role"]: r["lr"] for r in rows if r["kind"] in ("frame", "matrix")}
     assert lrs == pytest.approx({"frame": 0.02 / 25, "muon": 0.01 / 25})  # where OneCycleLR starts
+    scales = [r for r in rows if r["kind"] == "scale"]  # param_groups' "scale" group: AdamW at its own lr, no decay
+    assert len(scales) == 4 and all(r["role"] == "adamw" and r["weight_decay"] == 0.0 for r in scales)
+    assert all(r["lr"] == pytest.approx(DEFAULT_SCALE_LR / 25) for r in scales)
