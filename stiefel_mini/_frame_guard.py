@@ -25,7 +25,8 @@ from . import _distributed as _dt
 
 TRUSTED = "_stiefel_on_manifold_at"  # the version at which a frame was last known to be on the manifold
 REPLACED = "_stiefel_replaced_by"  # set by convert_attention on the tensors it swapped out
-_seen: "weakref.WeakSet[torch.optim.Optimizer]" = weakref.WeakSet()
+_conversions = [0]  # how many conversions marked replaced weights: an optimizer is checked again after one
+_seen: "weakref.WeakKeyDictionary[torch.optim.Optimizer, int]" = weakref.WeakKeyDictionary()
 
 
 def trust(p: Tensor) -> None:
@@ -37,6 +38,7 @@ def mark_replaced(model: Any, replaced: list[tuple[Any, str, Any]]) -> None:
     """Mark the parameters of the modules ``replaced`` (``(parent, child name, old module)``) that
     ``model`` no longer holds, so that an optimizer built before the conversion is refused at its
     first step."""
+    _conversions[0] += 1
     live = {id(p) for p in model.parameters()}
     names = {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
     for parent, child, module in replaced:
@@ -83,9 +85,10 @@ def _is_stiefel_rule(opt: torch.optim.Optimizer) -> bool:
 
 
 def _before_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    """At an optimizer's first step: refuse one that holds weights ``convert_attention`` replaced, and
-    warn when one that is not a Stiefel rule trains frames."""
-    if opt in _seen:
+    """At an optimizer's first step (and its first after a conversion): refuse one that holds weights
+    ``convert_attention`` replaced, and warn when one that is not a Stiefel rule trains frames."""
+    first = opt not in _seen
+    if not first and _seen[opt] == _conversions[0]:
         return
     from .groups import is_frame
 
@@ -97,13 +100,13 @@ def _before_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
             f"conversion replaced ({_names(opt, replaced)}), which the model no longer uses, and not the frames "
             "that replaced them, so it would never train them. Build the optimizer after converting the model")
     frames = [p for p in params if is_frame(p)]
-    if frames and not _is_stiefel_rule(opt):
+    if first and frames and not _is_stiefel_rule(opt):
         warnings.warn(
             f"{type(opt).__name__} holds {len(frames)} Stiefel frame(s) ({_names(opt, frames)}) and trains them as "
             "ordinary weights: they leave the manifold from this step on. Train frames with stiefel_mini.StiefelAdam "
             "or stiefel_mini.StiefelMuon (the Hugging Face Trainer: Trainer(optimizers=(opt, None)))",
             UserWarning, stacklevel=4)
-    _seen.add(opt)
+    _seen[opt] = _conversions[0]
 
 
 def _after_step(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

@@ -92,6 +92,13 @@ def test_an_optimizer_built_before_the_conversion_is_refused_at_its_first_step(o
                        r"replaced \(transformer\.h\.0\.attn\.c_attn\.weight, transformer\.h\.0\.attn\.c_attn\.bias"):
         opt.step()
     assert all(torch.equal(a, b) for a, b in zip(before, frame_parameters(model)))
+    stepped = _gpt2()  # an optimizer that stepped before the conversion is refused at its first step after it
+    opt = optimizer(stepped.parameters(), lr=1e-3)
+    _loss(stepped).backward()
+    opt.step()
+    convert_attention(stepped)
+    with pytest.raises(ValueError, match="built before convert_attention"):
+        opt.step()
 
 
 def test_writes_and_reads_that_cannot_work_on_a_converted_weight_raise_with_the_route():
