@@ -74,7 +74,7 @@ def record_momenta(args) -> dict:
 
     from stiefel_mini.experiments.lm.data import random_batch
     from stiefel_mini.experiments.lm.experiment import corpus
-    from stiefel_mini.experiments.lm.round2 import DEFAULTS
+    from stiefel_mini.experiments.lm.plans import DEFAULTS
 
     data = corpus()
     torch.manual_seed(0)
