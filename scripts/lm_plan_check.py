@@ -76,6 +76,21 @@ def run_config(arm: str, point: dict):
     return replace(PRESETS["tiny"], arm=arm, seed=3, steps=STEPS, progress=False, **settings)
 
 
+# StiefelMuon's options added after af0ff4e, each at a value that leaves these arms' steps as they were
+# (their weights are compared bit for bit), or derived from options compared here; its ``fused`` (how
+# many projections one weight stacks) is now ``projections``, and ``fused`` has torch's meaning.
+_LATER = ("maximize", "foreach", "differentiable", "decay_vectors", "ns_dtype", "base_lr")
+
+
+def _as_recorded(g: dict) -> dict:
+    """A param group's options under the names the code at af0ff4e gave them."""
+    if "projections" not in g:
+        return g
+    g = {k: v for k, v in g.items() if k not in _LATER and k != "fused"}
+    g["fused"] = g.pop("projections")
+    return g
+
+
 def trace(setup, cfg) -> dict:
     """``setup(cfg, 0) -> (model, optimizers)`` trained :data:`STEPS` steps on fixed random tokens, as
     :func:`~stiefel_mini.experiments.lm.experiment.run` trains (its lr schedule, clipping and step):
@@ -93,8 +108,9 @@ def trace(setup, cfg) -> dict:
         o = cfg.optimizer
         scheds = [torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.steps, o.warmup_frac,
                                                                              o.final_lr_frac)) for opt in opts]
-        groups = [[type(opt).__name__] + [repr(sorted((k, len(v) if k == "params" else v) for k, v in g.items()))
-                                          for g in opt.param_groups] for opt in opts]
+        groups = [[type(opt).__name__] + [repr(sorted((k, len(v) if k == "params" else v)
+                                                      for k, v in _as_recorded(g).items())) for g in opt.param_groups]
+                  for opt in opts]
         params = [p for p in model.parameters() if p.requires_grad]
         gen = torch.Generator().manual_seed(0)
         losses = []

@@ -18,7 +18,7 @@ from .groups import frame_parameters, is_frame, mark_frame, param_groups, qk_par
 from .mha import StiefelMultiheadAttention
 from .optim import StiefelAdam, stiefel_adam_frame_update
 from .manifold_muon import manifold_muon_update
-from .muon import StiefelMuon, mark_adamw_params, muon_update
+from .muon import StiefelMuon, mark_muon_roles, muon_update
 
 __version__ = "0.1.0"
 
@@ -28,7 +28,7 @@ __all__ = [
     "StiefelMuon",
     "manifold_muon_update",
     "muon_update",
-    "mark_adamw_params",
+    "mark_muon_roles",
     "StiefelSelfAttention",
     "QKNormSelfAttention",
     "make_attention",

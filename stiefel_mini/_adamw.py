@@ -25,6 +25,7 @@ def adamw_step(
     eps: float,
     weight_decay: float,
     foreach: bool | None = None,
+    maximize: bool = False,
     owner: str = "this optimizer",
 ) -> None:
     """One AdamW step on each of ``params`` that has a gradient ``g`` (decoupled weight decay
@@ -36,7 +37,8 @@ def adamw_step(
 
     ``state`` maps each parameter to its state (an optimizer's ``self.state``): ``step`` (a float32
     scalar tensor), ``exp_avg`` (``m``) and ``exp_avg_sq`` (``v``), shaped like the parameter and
-    created at zero on its first step, as ``torch.optim.AdamW`` lays them out. Raises
+    created at zero on its first step, as ``torch.optim.AdamW`` lays them out; ``maximize`` steps up the
+    gradient, as torch's. Raises
     ``RuntimeError`` for a sparse gradient, naming ``owner``. Called inside an optimizer's ``step``
     (under ``torch.no_grad``), as the parameters are written in place.
 
@@ -62,4 +64,4 @@ def adamw_step(
         return
     _adam_functional(ps, grads, exp_avgs, exp_avg_sqs, [], steps, foreach=foreach,
                      has_complex=any(torch.is_complex(p) for p in ps), decoupled_weight_decay=True, amsgrad=False,
-                     beta1=betas[0], beta2=betas[1], lr=lr, weight_decay=weight_decay, eps=eps, maximize=False)
+                     beta1=betas[0], beta2=betas[1], lr=lr, weight_decay=weight_decay, eps=eps, maximize=maximize)

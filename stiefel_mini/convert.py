@@ -37,15 +37,16 @@ layers are recognised by their class's module and their attributes.
 from __future__ import annotations
 
 import math
-import re
 import warnings
 
 import torch
 from torch import nn
 
+from ._frame_guard import mark_replaced
+from ._head_check import attention_like, check_home_layer
 from .attention import LOGIT_SCALES
 from .conversion_report import ConversionReport, ConvertedLayer
-from .muon import mark_adamw_params
+from .muon import mark_muon_roles
 from .mha import StiefelMultiheadAttention
 from .groups import FrameHolder
 from .projection import FrameProjection, mean_gain
@@ -58,7 +59,6 @@ HOME_BUILT_PAIRS = {"q_proj": "k_proj", "query": "key", "q": "k", "wq": "wk", "t
 HEAD_COUNT_NAMES = ("num_heads", "n_head", "n_heads", "num_attention_heads", "nhead")
 """Attribute names read as a home-built attention module's (query) head count."""
 _KV_COUNT_NAMES = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "n_kv_head")
-_ATTENTION_NAME = re.compile(r"att(n|ention)", re.IGNORECASE)
 ROUTE = ("convert such a layer by hand: proj, _ = FrameProjection.from_weight(lin.weight, lin.bias, "
          "{'q': H, 'k': H}, head_dim) for a fused Q|K|V Linear whose rows are Q|K|V with heads contiguous "
          "(or {'q': H} for a query Linear), then setattr(module, child_name, proj); "
@@ -237,21 +237,14 @@ def _qk_norm(module: nn.Module) -> bool:
 
 
 def unread_attention(model: nn.Module) -> list[str]:
-    """``"name (module.Class)"`` of every module of ``model`` that looks like attention (its class
-    name says so and it has ``nn.Linear`` / ``Conv1D`` children) but that :func:`convert_attention`
-    neither converts nor has converted."""
+    """``"name (module.Class)"`` of every attention-like module of ``model`` (``_head_check.attention_like``:
+    by its class name, or a fused Q|K|V or query/key pair of children, whatever its class name) that
+    :func:`convert_attention` neither converts nor has converted."""
     read = {id(module) for _, module, _ in find_adapted(model)}
-    found = []
-    for name, module in model.named_modules():
-        children = list(module.children())
-        if (id(module) in read or isinstance(module, (FrameHolder, nn.MultiheadAttention))
-                or not _ATTENTION_NAME.search(type(module).__name__)
-                or any(isinstance(c, (FrameProjection, StiefelMultiheadAttention)) for c in children)):
-            continue
-        if any(isinstance(c, nn.Linear) or type(c).__name__ == "Conv1D" for c in children):
-            cls = type(module)
-            found.append(f"{name or 'model'} ({cls.__module__}.{cls.__qualname__})")
-    return found
+    return [f"{name or 'model'} ({type(m).__module__}.{type(m).__qualname__})" for name, m in model.named_modules()
+            if id(m) not in read and not isinstance(m, (FrameHolder, nn.MultiheadAttention))
+            and not any(isinstance(c, (FrameProjection, StiefelMultiheadAttention)) for c in m.children())
+            and attention_like(m, HOME_BUILT_PAIRS)]
 
 
 @torch.no_grad()
@@ -293,14 +286,18 @@ def convert_adapted(model: nn.Module, *, stiefel: bool, logit_scale: str,
     """
     opts = {"stiefel": stiefel, "logit_scale": logit_scale, "num_heads": num_heads}
     layers, swaps, normed = [], [], 0
+    notes = []
     for name, module, layout in find_adapted(model):
         layer, new = (_fused if layout in ("timm", "gpt2") else _separate)(name, module, layout, opts)
+        if layout.startswith("home:"):  # the known layouts' head order is their library's; this one's is its code's
+            notes += check_home_layer(name, module, layout.removeprefix("home:"), HOME_BUILT_PAIRS, layer)
         layers.append(layer)
         swaps += new
         normed += _qk_norm(module)
+    replaced = [(parent, child, getattr(parent, child)) for parent, child, _ in swaps]
     for parent, child, new in swaps:
         setattr(parent, child, new)
-    notes = []
+    mark_replaced(model, replaced)
     if normed and stiefel:
         notes.append(f"{normed} layer(s) normalise q and k after the projection (QK-norm): there the norms "
                      "set the logits' size, and the polar map changes directions only")
@@ -405,7 +402,6 @@ def convert_attention(
         )
     existing = {id(m) for m in model.modules()}
     adapted, notes = convert_adapted(model, stiefel=stiefel, logit_scale=logit_scale, num_heads=num_heads)
-    mark_adamw_params(model)  # StiefelMuon trains the embeddings and the output head with AdamW
     report = ConversionReport(stiefel=stiefel, layers=adapted, notes=notes, kept=sum(before.values()))
     if adapted and hasattr(getattr(model, "config", None), "to_json_string"):
         model.config.stiefel_attention = {"stiefel": stiefel, "logit_scale": logit_scale}
@@ -430,6 +426,8 @@ def convert_attention(
         else:
             report.notes.append(f"{name} is the same module as an earlier one; kept shared")
         setattr(parent, child_name, converted[id(child)])
+    mark_replaced(model, [(parent, child_name, child) for _, parent, child_name, child in targets])
+    mark_muon_roles(model)  # the role StiefelMuon gives each parameter, read off the model
     for name, module in model.named_modules():
         if isinstance(module, nn.TransformerEncoder) and getattr(module, "use_nested_tensor", False):
             if any(isinstance(m, StiefelMultiheadAttention) for m in module.modules()):

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _distributed as _dt
+from . import _frame_guard
 from .geometry import orthogonality_error
 
 __all__ = ["param_groups", "frame_parameters", "qk_parameters", "logit_scale_parameters", "mark_frame", "is_frame",
@@ -50,8 +51,9 @@ converted model's own size (``scale_start="keep"``); the fourth study re-sweeps 
 """
 
 CHECK_EVERY = 100
-"""A :class:`FrameHolder` checks its frames at its first training-mode forward and every
-``CHECK_EVERY``-th after it (:meth:`FrameHolder.check_frames`); ``0`` turns the check off."""
+"""A :class:`FrameHolder` checks its frames (:meth:`FrameHolder.check_frames`) at a training-mode
+forward after anything but a Stiefel rule wrote them, at its first and every ``CHECK_EVERY``-th after
+it (writes through ``.data`` leave no trace); ``0`` turns the check off."""
 
 
 def off_manifold_tolerance(dtype: torch.dtype) -> float:
@@ -90,9 +92,11 @@ class FrameHolder(nn.Module):
     Frames stay frames only under a Stiefel rule (:class:`~stiefel_mini.optim.StiefelAdam`,
     ``StiefelMuon``); ``torch.optim.AdamW`` (the Hugging Face Trainer's
     default) or a hand-written update moves them off the manifold while the model keeps running.
-    So the module checks them (:meth:`check_frames`) at its first training-mode forward and every
-    :data:`CHECK_EVERY`-th after it, and warns once when one has left. The check is skipped under
-    ``torch.compile`` and for DTensor (sharded) frames.
+    So the module checks them (:meth:`check_frames`) at the first training-mode forward after
+    anything but a Stiefel rule wrote them (a frame's version counter says so, at the cost of an
+    attribute read), at its first training-mode forward and every :data:`CHECK_EVERY`-th after it, and
+    warns once when one has left; an optimizer other than a Stiefel rule that holds frames warns at
+    its first step. The check is skipped under ``torch.compile`` and for DTensor (sharded) frames.
     """
 
     def frame_names(self) -> tuple[str, ...]:
@@ -156,14 +160,11 @@ class FrameHolder(nn.Module):
 
 
 def _check_hook(module: FrameHolder, args: Any) -> None:
-    """Forward pre-hook: :meth:`FrameHolder.check_frames` at the first training-mode forward and every
-    :data:`CHECK_EVERY`-th after it, until it has warned."""
-    if not module.training or not CHECK_EVERY or torch.compiler.is_compiling():
-        return
-    count = module.__dict__.get("_training_forwards", 0)
-    module.__dict__["_training_forwards"] = count + 1
-    if count % CHECK_EVERY == 0 and not module.__dict__.get("_warned_off_manifold"):
-        module.check_frames()
+    """Forward pre-hook: in training mode, :meth:`FrameHolder.check_frames` when a frame was written
+    by something other than a Stiefel rule since it was last checked, and at the first training-mode
+    forward and every :data:`CHECK_EVERY`-th after it, until it has warned (:mod:`._frame_guard`)."""
+    if module.training and CHECK_EVERY and not torch.compiler.is_compiling():
+        _frame_guard.on_training_forward(module, CHECK_EVERY)
 
 
 def _collect(model: nn.Module, method: str) -> Iterator[nn.Parameter]:

@@ -103,16 +103,30 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def from_pretrained_converted(model_class: Any, path: str | Path, **config_kwargs: Any) -> nn.Module:
+def _dtype(value: Any) -> torch.dtype | None:
+    """A ``torch.dtype`` from a dtype or its name (``"bfloat16"``, ``"torch.bfloat16"``); ``None`` otherwise."""
+    if isinstance(value, str):
+        value = getattr(torch, value.removeprefix("torch."), None)
+    return value if isinstance(value, torch.dtype) else None
+
+
+def from_pretrained_converted(model_class: Any, path: str | Path, *, dtype: Any = "auto",
+                              **config_kwargs: Any) -> nn.Module:
     """The converted Hugging Face model that ``save_pretrained`` wrote to the local folder ``path``.
 
-    Builds ``model_class`` (e.g. ``GPT2LMHeadModel``) from the saved config, converts it with the
-    options recorded in ``config.stiefel_attention`` by :func:`~stiefel_mini.convert.convert_attention`
-    and loads the saved tensors with :func:`load_converted`. The model comes back in eval mode, as
-    from ``from_pretrained``. ``config_kwargs`` override config entries (e.g. ``attn_implementation``).
+    Builds ``model_class`` (e.g. ``GPT2LMHeadModel``) from the saved config in ``dtype`` (``"auto"``,
+    as ``from_pretrained``: the dtype the checkpoint was saved in, ``config.dtype``; or a
+    ``torch.dtype``), converts it with the options recorded in ``config.stiefel_attention`` by
+    :func:`~stiefel_mini.convert.convert_attention` and loads the saved tensors with
+    :func:`load_converted`. The model comes back in eval mode, as from ``from_pretrained``.
+    ``config_kwargs`` override config entries (e.g. ``attn_implementation``).
     """
     path = Path(path)
     config = model_class.config_class.from_pretrained(str(path), **config_kwargs)
+    want = _dtype(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)) if dtype == "auto" \
+        else _dtype(dtype)
+    if dtype != "auto" and want is None:
+        raise ValueError(f"dtype must be 'auto' or a torch.dtype (or its name); got {dtype!r}")
     options = getattr(config, "stiefel_attention", None)
     if not isinstance(options, dict):
         raise ValueError(
@@ -120,5 +134,7 @@ def from_pretrained_converted(model_class: Any, path: str | Path, **config_kwarg
             f"before it was saved: load it with {model_class.__name__}.from_pretrained"
         )
     model = model_class(config)
+    if want is not None:
+        model = model.to(want)  # before the conversion, so that the frames are built in it
     load_converted(model, _read_weights(path), **options)
     return model.eval()

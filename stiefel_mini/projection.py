@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import _distributed as _dt
+from ._muon_roles import Role, mark
 from .geometry import project
 from .groups import FrameHolder, off_manifold_tolerance
 
@@ -47,6 +48,8 @@ class _AssembledWeight(Tensor):
         kwargs = kwargs or {}
         inputs = [*args, *kwargs.values()]  # nn.init functions pass their tensor by keyword
         ours = next((a for a in inputs if isinstance(a, _AssembledWeight)), None)
+        if ours is not None and isinstance(args[0] if args else None, _AssembledWeight):
+            _refuse(func)
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
         if ours is None:
@@ -58,6 +61,25 @@ class _AssembledWeight(Tensor):
         if type(out) in (tuple, list):  # chunk, split, unbind: views, each of whose writes land too
             return type(out)(_rewrap(t, owner, root) for t in out)
         return _rewrap(out, owner, root)
+
+
+_ROUTE = ("FrameProjection.weight is assembled from the projection's parameters (q_weight, k_weight, their "
+          "scales, rest_weight) on each read")
+
+
+def _refuse(func: Any) -> None:
+    """Raise for what cannot work on the assembled weight: replacing its ``.data``, reading or setting its
+    ``.grad``, changing its ``requires_grad``; each message gives the route that works."""
+    name, owner = getattr(func, "__name__", ""), getattr(func, "__self__", None)
+    if name == "__set__" and owner is Tensor.data:
+        raise ValueError(f"{_ROUTE}, so `.data = w` would be dropped; write the weight with `proj.weight = w` "
+                         "(or proj.load_weight(w)), or in place: proj.weight.copy_(w)")
+    if owner is Tensor.grad and name in ("__get__", "__set__"):
+        raise AttributeError(f"{_ROUTE}, so it has no gradient of its own: the gradients are those of proj.q_weight, "
+                             "proj.k_weight and proj.rest_weight (the parameters an optimizer steps)")
+    if func is Tensor.requires_grad_ or (name == "__set__" and owner is Tensor.requires_grad):
+        raise ValueError(f"{_ROUTE}, so its requires_grad cannot be set; freeze the parameters instead: "
+                         "proj.requires_grad_(False), or proj.q_weight.requires_grad_(False) for one of them")
 
 
 def _rewrap(out: Any, owner: "FrameProjection | None", root: Tensor) -> Any:
@@ -181,6 +203,38 @@ class FrameProjection(FrameHolder):
 
     def _segments(self) -> list[nn.Parameter]:
         return [getattr(self, f"{name}_weight") for name in self.heads]
+
+    def muon_roles(self) -> dict[str, Role]:
+        """The role :class:`~stiefel_mini.muon.StiefelMuon` gives each parameter that is not a frame: the
+        Q/K weights of ``stiefel=False`` (Muon per head, blocks ``(in_features, head_dim)``), the learned
+        scales (AdamW), ``rest_weight`` (Muon, stored ``(in, out)`` when ``transposed``) and the bias."""
+        roles = {}
+        for name in self.heads:
+            if not self.stiefel:
+                roles[f"{name}_weight"] = Role("muon", "matrix", "heads", "query/key weights per head (stiefel=False)")
+            if getattr(self, f"{name}_log_scale") is not None:
+                roles[f"{name}_log_scale"] = Role("adamw", "scale", "-", "learned logit scale")
+        if self.rest_weight is not None:
+            roles["rest_weight"] = Role("muon", "matrix", "in_out" if self.transposed else "out_in",
+                                        "the projection's other columns, stored (in, out)" if self.transposed
+                                        else "the projection's other rows")
+        if self.bias is not None:
+            roles["bias"] = Role("adamw", "bias", "-", "bias")
+        return roles
+
+    def mark_frames(self) -> None:
+        """Mark the frames (:meth:`FrameHolder.mark_frames`) and every other parameter with its
+        :meth:`muon_roles` role, so that StiefelMuon reads the (in, out) layout without being told."""
+        super().mark_frames()
+        for name, role in self.muon_roles().items():
+            mark(getattr(self, name), role)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if isinstance(value, Tensor) and self.__dict__.get("_marks_frames"):
+            role = self.muon_roles().get(name)
+            if role is not None:
+                mark(value, role)
 
     def frame_names(self) -> tuple[str, ...]:
         """The names of the frame parameters ``(heads, in_features, head_dim)`` (``"q_weight"``,

@@ -133,10 +133,15 @@ def test_lm_throughput_refuses_arms_of_another_study(argv, message, capsys):
 def test_muon_step_table_and_results_file(capsys, tmp_path):
     bench = load("muon_step")
     out_file = tmp_path / "muon.json"
-    bench.main(["--frames", "1", "--rounds", "2", "--skip_model", "--threads", "1", "--out", str(out_file)])
-    row = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\| \d", line)]
-    assert len(row) == 1 and re.search(r"\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) \| (0\.9\d+|1\.0\d+),", row[0]), row
+    bench.main(["--layers", "1", "--width", "32", "--heads", "2", "--context", "16", "--batch", "2", "--train_steps", "3",
+                "--rounds", "2", "--ns_size", "32", "--model_layers", "1", "--model_width", "32", "--model_heads", "2",
+                "--model_vocab", "50", "--model_rounds", "2", "--threads", "1", "--out", str(out_file)])
+    rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\| \d", line)]
+    assert len(rows) == 2 and re.search(r"\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) \| (0\.9\d+|1\.0\d+),", rows[0]), rows
+    assert re.search(r"\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) \|$", rows[1]), rows  # StiefelMuon / torch
     record = json.loads(out_file.read_text())
     f = record["frame_rule"]
     assert len(f["iterations_warm"]) == len(f["iterations_cold"]) == 2
     assert f["objective_over_converged"]["min"] > 0.99  # the warm-started step is the converged one
+    assert f["tangency_max"] < 0.1 and record["training"]["frames"] == 2  # stated, converged or not (max_iter)
+    assert set(record["whole_step"]) == {"converted", "unconverted"} and record["ns_precision"]["chosen"]

@@ -387,6 +387,62 @@ def test_attention_the_converter_cannot_read_is_named_with_the_route():
     assert "0 (" in str(report) and "FrameProjection.from_weight" in str(report)
 
 
+class MHSA(nn.Module):
+    """Attention under a class name without "attn": one fused qkv Linear, which the converter cannot read."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads, self.qkv, self.proj = HEADS, nn.Linear(WIDTH, 3 * WIDTH), nn.Linear(WIDTH, WIDTH)
+
+
+def test_attention_like_modules_are_named_whatever_their_class_name():
+    model = nn.Sequential(nn.Linear(WIDTH, WIDTH), MHSA())
+    with pytest.warns(UserWarning, match=r"not converted: 1 \(.*MHSA\).*FrameProjection\.from_weight"):
+        report = convert_attention(model)
+    assert report.layers == [] and "MHSA" in str(report)
+
+
+class HeadsAttention(HomeAttention):
+    """HomeAttention with rotary embeddings (a rotation per position, which keeps each head's norms), or
+    with heads cut strided, (d h): head h takes every heads-th output."""
+
+    def __init__(self, layout: str):
+        super().__init__(WIDTH, HEADS)
+        self.layout = layout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        if self.layout == "strided":
+            q, k, v = (f(x).view(B, T, self.hd, self.h).permute(0, 3, 1, 2) for f in (self.q_proj, self.k_proj,
+                                                                                      self.v_proj))
+        else:
+            q, k, v = (f(x).view(B, T, self.h, self.hd).transpose(1, 2) for f in (self.q_proj, self.k_proj, self.v_proj))
+            angle = torch.arange(T)[:, None] * torch.arange(1, self.hd // 2 + 1)[None] * 0.3  # (T, hd / 2)
+            cos, sin = angle.cos(), angle.sin()
+
+            def rotate(t):
+                a, b = t[..., : self.hd // 2], t[..., self.hd // 2:]
+                return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+            q, k = rotate(q), rotate(k)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+def test_the_head_slicing_is_checked_against_the_modules_own_forward():
+    torch.manual_seed(0)
+    rope = nn.Sequential(HeadsAttention("rotary"))
+    report = convert_attention(rope)  # a rotation per position keeps each head's norms: contiguous heads found
+    assert len(report.layers) == 1 and not report.notes
+    strided = nn.Sequential(HeadsAttention("strided")).train()
+    rng = torch.get_rng_state()
+    with pytest.raises(ValueError, match=r"0 \(.*HeadsAttention\) cuts its q_proj/k_proj outputs into heads "
+                       r"strided.*\(d h\).*FrameProjection\.from_weight"):
+        convert_attention(strided)
+    assert not any(isinstance(m, FrameProjection) for m in strided.modules())  # nothing changed
+    assert all(m.training for m in strided.modules()) and torch.equal(torch.get_rng_state(), rng)
+
+
 @pytest.mark.parametrize("name", ["gpt2", "timm_vit", "llama_gqa"])
 def test_a_second_conversion_with_other_options_is_refused_naming_the_current_ones(name):
     model = _build(name)

@@ -66,6 +66,21 @@ def test_save_pretrained_and_from_pretrained_converted_give_the_same_model(name,
         assert again.lm_head.weight is again.transformer.wte.weight
 
 
+def test_from_pretrained_converted_keeps_the_dtype_it_was_saved_in(tmp_path):
+    model = _build("llama_gqa").to(torch.bfloat16)
+    convert_attention(model, logit_scale="learned")
+    model.save_pretrained(tmp_path)
+    again = from_pretrained_converted(transformers.LlamaForCausalLM, tmp_path)  # "auto", as from_pretrained
+    assert {p.dtype for p in again.parameters()} == {torch.bfloat16}
+    x = _inputs("llama_gqa")
+    with torch.no_grad():
+        assert torch.equal(_out("llama_gqa", again, x), _out("llama_gqa", model.eval(), x))
+    wide = from_pretrained_converted(transformers.LlamaForCausalLM, tmp_path, dtype=torch.float32)
+    assert {p.dtype for p in wide.parameters()} == {torch.float32}
+    with pytest.raises(ValueError, match="dtype must be 'auto' or a torch.dtype"):
+        from_pretrained_converted(transformers.LlamaForCausalLM, tmp_path, dtype="wide")
+
+
 def test_from_pretrained_converted_refuses_an_unconverted_checkpoint(tmp_path):
     _build("gpt2").save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="not converted before it was saved"):

@@ -1,4 +1,4 @@
-"""StiefelMuon: roles, the Muon matrix rule (scale, per-head split), the frame rule, torch conventions."""
+"""StiefelMuon: roles, the Muon matrix rule (scale, per-head split, precision), the frame rule, torch conventions."""
 
 import copy
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from stiefel_mini import StiefelMuon, convert_attention, frame_parameters, mark_adamw_params, muon_update
+from stiefel_mini import StiefelMuon, convert_attention, frame_parameters, mark_muon_roles, muon_update
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 from stiefel_mini.groups import mark_frame
-from stiefel_mini.muon import zeropower_via_newtonschulz
+from stiefel_mini.muon import newton_schulz_dtype, zeropower_via_newtonschulz
 
 pytestmark = pytest.mark.quick
 
@@ -51,14 +51,14 @@ def test_scale_factors_follow_torch_muon():
 def test_per_head_split_of_a_fused_projection():
     d, h, hd = 16, 4, 4
     G = torch.randn(3 * h * hd, d)  # nn.Linear Q|K|V, rows [projection][head][head_dim]
-    step = muon_update(G, 0.1, heads=h, fused=3)
+    step = muon_update(G, 0.1, heads=h, projections=3)
     for b in range(3 * h):
         rows = slice(b * hd, (b + 1) * hd)
         torch.testing.assert_close(step[rows], -0.1 * zeropower_via_newtonschulz(G[rows]))
-    whole = muon_update(G, 0.1, heads=1, fused=3)
+    whole = muon_update(G, 0.1, heads=1, projections=3)
     torch.testing.assert_close(whole[: h * hd], -0.1 * zeropower_via_newtonschulz(G[: h * hd]))
     assert not torch.allclose(step, whole)
-    conv = muon_update(G.T, 0.1, heads=h, fused=3, in_out=True)  # GPT-2's Conv1D: (in, out)
+    conv = muon_update(G.T, 0.1, heads=h, projections=3, in_out=True)  # GPT-2's Conv1D: (in, out)
     torch.testing.assert_close(conv, step.T)
     with pytest.raises(ValueError, match="equal blocks"):
         muon_update(torch.randn(10, 4), 0.1, heads=3)
@@ -67,14 +67,15 @@ def test_per_head_split_of_a_fused_projection():
 def test_roles_of_a_converted_gpt2():
     model = _gpt2()
     opt = StiefelMuon(model.parameters(), lr=0.02, frame_lr=0.05, adamw_lr=1e-3)
-    roles = {g["role"]: g for g in opt.param_groups}
+    assert len(opt.param_groups) == 1  # one param group per group given, as torch's optimizers
+    rows = {r["name"]: r for r in opt.roles()}
     frames = {id(p) for p in frame_parameters(model)}
-    assert {id(p) for p in roles["frame"]["params"]} == frames
-    adamw = {id(p) for p in roles["adamw"]["params"]}
-    assert id(model.transformer.wte.weight) in adamw and id(model.transformer.wpe.weight) in adamw
-    assert id(model.transformer.h[0].mlp.c_fc.weight) in {id(p) for p in roles["muon"]["params"]}
-    assert all(p.dim() >= 2 for p in roles["muon"]["params"])
-    assert (roles["frame"]["lr"], roles["muon"]["lr"], roles["adamw"]["lr"]) == (0.05, 0.02, 1e-3)
+    named = dict(model.named_parameters())
+    assert {n for n, r in rows.items() if r["role"] == "frame"} == {n for n, p in named.items() if id(p) in frames}
+    assert rows["transformer.wte.weight"]["role"] == rows["transformer.wpe.weight"]["role"] == "adamw"
+    assert rows["transformer.h.0.mlp.c_fc.weight"]["rule"] == "Muon (in, out)"  # GPT-2's Conv1D, found alone
+    assert all(named[n].dim() >= 2 for n, r in rows.items() if r["role"] == "muon")
+    assert {(r["role"], r["lr"]) for r in rows.values()} == {("frame", 0.05), ("muon", 0.02), ("adamw", 1e-3)}
 
 
 def test_training_keeps_frames_on_the_manifold_and_moves_them_by_frame_lr():
@@ -114,7 +115,8 @@ def test_muon_matrix_step_is_nesterov_muon():
 def test_adamw_role_is_torch_adamw():
     p1 = nn.Parameter(torch.randn(5))
     p2 = nn.Parameter(p1.detach().clone())
-    ours = StiefelMuon([p1], adamw_lr=0.01, betas=(0.9, 0.99), weight_decay=0.1)
+    # a vector is decayed only where its group asks for it
+    ours = StiefelMuon([{"params": [p1], "weight_decay": 0.1}], adamw_lr=0.01, betas=(0.9, 0.99))
     ref = torch.optim.AdamW([p2], lr=0.01, betas=(0.9, 0.99), weight_decay=0.1, eps=1e-8)
     for s in range(3):
         g = torch.randn(5, generator=torch.Generator().manual_seed(s))
@@ -154,7 +156,7 @@ def test_state_dict_round_trip_and_scheduler():
     _loss(model).backward()
     opt.step()
     sched.step()
-    assert sorted(g["lr"] for g in opt.param_groups) == [5e-4, 5e-3, 1e-2]
+    assert {(r["role"], r["lr"]) for r in opt.roles()} == {("frame", 1e-2), ("muon", 5e-3), ("adamw", 5e-4)}
     twin = _gpt2()  # built and converted as model was (the marks come with the conversion)
     twin.load_state_dict(model.state_dict())
     opt2 = StiefelMuon(twin.parameters(), lr=0.01, frame_lr=0.02, adamw_lr=1e-3)
@@ -170,21 +172,23 @@ def test_state_dict_round_trip_and_scheduler():
 def test_group_options_override_and_bad_options_raise():
     a, b = nn.Parameter(torch.randn(6, 4)), nn.Parameter(torch.randn(6, 4))
     opt = StiefelMuon([{"params": [a]}, {"params": [b], "role": "adamw", "adamw_lr": 0.5}], lr=0.01)
-    assert [(g["role"], g["lr"]) for g in opt.param_groups] == [("muon", 0.01), ("adamw", 0.5)]
+    assert [(r["role"], r["lr"]) for r in opt.roles()] == [("muon", 0.01), ("adamw", 0.5)]
     for bad in (dict(lr=-1.0), dict(momentum=1.0), dict(adjust_lr_fn="nope"), dict(heads=0), dict(role="sgd"),
-                dict(fused=0), dict(ns_steps=0)):
+                dict(projections=0), dict(ns_steps=0), dict(ns_dtype="float16")):
         with pytest.raises(ValueError, match="StiefelMuon"):
             StiefelMuon([a], **bad)
     with pytest.raises(ValueError, match="unknown param group key"):
         StiefelMuon([{"params": [a], "max_stpe": 0.1}])
 
 
-def test_mark_adamw_params_on_a_home_built_model():
+def test_mark_muon_roles_on_a_home_built_model():
     model = nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8), nn.Linear(8, 10))
-    assert mark_adamw_params(model) == 1
-    opt = StiefelMuon(model.parameters())
-    roles = {id(p): g["role"] for g in opt.param_groups for p in g["params"]}
-    assert roles[id(model[0].weight)] == "adamw" and roles[id(model[1].weight)] == "muon"
+    roles = mark_muon_roles(model)
+    assert roles["0.weight"].kind == "embedding" and roles["1.weight"].role == "muon"
+    assert roles["2.weight"].kind == "head" and roles["2.weight"].guessed  # its output is the vocabulary, 10
+    with pytest.warns(UserWarning, match=r"is a guess: 2\.weight \(10, 8\): AdamW \(output head \(guessed"):
+        opt = StiefelMuon(model.parameters())
+    assert [r["role"] for r in opt.roles()] == ["adamw", "muon", "adamw", "adamw", "adamw"]
 
 
 def test_a_compiled_model_and_bf16_autocast_train_with_stiefel_muon():
@@ -207,9 +211,51 @@ def test_a_compiled_model_and_bf16_autocast_train_with_stiefel_muon():
     assert all(g["lr"] != g["initial_lr"] for g in opt.param_groups)  # the schedule reaches every role
 
 
-def test_add_param_group_after_construction_splits_by_role():
+def test_add_param_group_after_construction_adds_one_group():
     W = nn.Parameter(random_stiefel(2, 10, 3))
     mark_frame(W)
     opt = StiefelMuon([nn.Parameter(torch.randn(4, 4))], lr=0.01)
     opt.add_param_group({"params": [W, nn.Parameter(torch.randn(3))], "frame_lr": 0.2})
-    assert [(g["role"], g["lr"]) for g in opt.param_groups] == [("muon", 0.01), ("frame", 0.2), ("adamw", 3e-4)]
+    assert len(opt.param_groups) == 2
+    assert [(r["group"], r["role"], r["lr"]) for r in opt.roles()] == [(0, "muon", 0.01), (1, "frame", 0.2),
+                                                                      (1, "adamw", 3e-4)]
+
+
+def test_a_non_finite_gradient_is_named_by_its_name_and_a_sparse_one_is_refused_clearly():
+    model = _gpt2()
+    opt = StiefelMuon(model.named_parameters())
+    _loss(model).backward()
+    model.transformer.h[1].mlp.c_fc.weight.grad[0, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"gradient of 'transformer\.h\.1\.mlp\.c_fc\.weight', parameter \d+ of param "
+                       r"group 0, of shape \(32, 128\), role 'muon' is not finite"):
+        opt.step()
+    emb = nn.Embedding(10, 4, sparse=True)
+    opt = StiefelMuon(emb.named_parameters())
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(ValueError, match=r"gradient of 'weight'.* is sparse .*sparse=False.*SparseAdam"):
+        opt.step()
+
+
+def test_newton_schulz_runs_in_bfloat16_where_the_device_computes_it_natively(monkeypatch):
+    for flag in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, flag, lambda: False)
+    assert newton_schulz_dtype("cpu") == torch.float32  # emulated bfloat16 products are far slower
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert newton_schulz_dtype("cpu") == torch.bfloat16
+    assert newton_schulz_dtype("meta") == torch.float32
+    G = torch.randn(24, 40, generator=torch.Generator().manual_seed(0))
+    fast, exact = zeropower_via_newtonschulz(G, dtype=torch.bfloat16), zeropower_via_newtonschulz(G)
+    s = torch.linalg.svdvals(fast)
+    assert s.min() > 0.6 and s.max() < 1.25  # the same band as in float32
+    assert ((fast * exact).sum() / exact.norm() ** 2) > 0.98  # and the same direction
+    steps = {}
+    for ns_dtype in ("auto", "float32", "bfloat16"):
+        W = nn.Parameter(G.clone())
+        opt = StiefelMuon([W], lr=0.1, momentum=0.0, ns_dtype=ns_dtype)
+        W.grad = G.clone()
+        opt.step()
+        steps[ns_dtype] = W.detach() - G
+    torch.testing.assert_close(steps["auto"], muon_update(G, 0.1, ns_dtype=torch.bfloat16))  # AMX: auto is bf16
+    torch.testing.assert_close(steps["bfloat16"], steps["auto"])
+    torch.testing.assert_close(steps["float32"], muon_update(G, 0.1))
+    assert not torch.equal(steps["float32"], steps["bfloat16"])

@@ -45,7 +45,7 @@ def _frame_step(W, U, lr, multiplier=None):
         ({"params": [nn.Parameter(torch.randn(5))], "role": "muon"}, "role='muon' needs a matrix"),
         ({"params": [nn.Parameter(torch.randn(10, 4))], "heads": 3}, "3 equal blocks"),
         ({"params": [nn.Parameter(torch.randn(2, 6, 4))], "heads": 2}, "2 equal blocks"),
-        ({"params": [nn.Parameter(torch.randn(4, 12))], "heads": 2, "fused": 3}, "in_out=False"),
+        ({"params": [nn.Parameter(torch.randn(4, 12))], "heads": 2, "projections": 3}, "in_out=False"),
         ({"params": [nn.Parameter(torch.randn(3, 3))], "eps": -1.0}, "eps"),
         ({"params": [nn.Parameter(torch.randn(3, 3))], "frame_lr": "0.1"}, "frame_lr"),
     ],
@@ -59,7 +59,7 @@ def test_a_tensor_muon_cannot_step_is_refused_when_its_group_is_added(group, mat
     # Nothing was added, not even the frame's group that a valid tensor in the same call would make.
     assert [[id(p) for p in g["params"]] for g in opt.param_groups] == before
     # the same layout stored (in, out) splits the last dimension: 12 = 3 x 2 x 2 blocks
-    StiefelMuon([nn.Parameter(torch.randn(4, 12))], heads=2, fused=3, in_out=True)
+    StiefelMuon([nn.Parameter(torch.randn(4, 12))], heads=2, projections=3, in_out=True)
 
 
 def test_zero_grad_none_skips_every_role_and_zero_gradients_coast_on_momentum():
@@ -95,7 +95,7 @@ def test_lambda_lr_scales_the_step_each_role_takes():
     frame, matrix, vector = _params()
     opt = StiefelMuon([frame, matrix, vector], lr=0.1, frame_lr=0.04, adamw_lr=0.01, momentum=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
-    assert [g["initial_lr"] for g in opt.param_groups] == [0.04, 0.1, 0.01]
+    assert [g["initial_lr"] for g in opt.param_groups] == [0.1]  # one group: its lead role's (Muon's) lr
     for step in range(3):
         _set_grads([frame, matrix, vector], seed=step)
         G = matrix.grad.clone()
@@ -106,21 +106,22 @@ def test_lambda_lr_scales_the_step_each_role_takes():
         torch.testing.assert_close(_spectral_length(W0, frame.detach()), torch.full((2,), 0.04 * lr), rtol=1e-2, atol=0)
         torch.testing.assert_close(matrix.detach(), M0 + muon_update(G, 0.1 * lr))
         sched.step()
-    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.04 / 8, 0.1 / 8, 0.01 / 8])
+    assert [r["lr"] for r in opt.roles()] == pytest.approx([0.04 / 8, 0.1 / 8, 0.01 / 8])
 
 
 def test_one_cycle_lr_follows_torchs_schedule_in_every_role():
     frame, matrix, vector = _params()
     opt = StiefelMuon([frame, matrix, vector], lr=0.1, frame_lr=0.04, adamw_lr=0.01)
-    max_lr = [g["lr"] for g in opt.param_groups]
-    # the same schedule on torch's AdamW with one group per role
-    ref = torch.optim.AdamW([{"params": [nn.Parameter(torch.zeros(1))]} for _ in max_lr])
-    scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=max_lr, total_steps=6) for o in (opt, ref)]
+    # the same schedule on torch's AdamW with the one group given
+    ref = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.1, total_steps=6) for o in (opt, ref)]
     for step in range(5):
-        assert [g["lr"] for g in opt.param_groups] == pytest.approx([g["lr"] for g in ref.param_groups])
+        factor = ref.param_groups[0]["lr"] / 0.1
+        # every role moves in proportion: each peaks at its own lr
+        assert [r["lr"] for r in opt.roles()] == pytest.approx([0.04 * factor, 0.1 * factor, 0.01 * factor])
         # OneCycleLR cycles beta1 when the defaults have betas (AdamW's and StiefelMuon's do): Muon's
         # momentum stays fixed; pass cycle_momentum=False to leave AdamW's beta1 fixed too
-        assert [g["betas"][0] for g in opt.param_groups] == pytest.approx([g["betas"][0] for g in ref.param_groups])
+        assert opt.param_groups[0]["betas"][0] == pytest.approx(ref.param_groups[0]["betas"][0])
         assert all(g["momentum"] == 0.95 for g in opt.param_groups)
         _set_grads([frame, matrix, vector], seed=step)
         opt.step()
@@ -141,7 +142,8 @@ def test_a_group_added_after_construction_steps_and_round_trips():
         return opt
 
     opt, opt2 = build(frame, matrix, vector), build(*twin)
-    assert [(g["role"], g["lr"]) for g in opt.param_groups] == [("muon", 0.05), ("frame", 0.2), ("adamw", 0.01)]
+    assert [(r["group"], r["role"], r["lr"]) for r in opt.roles()] == [(0, "muon", 0.05), (1, "frame", 0.2),
+                                                                      (1, "adamw", 0.01)]
     _set_grads([frame, matrix, vector], seed=3)
     expected = _frame_step(frame.detach(), frame.grad, 0.2)
     opt.step()
@@ -155,3 +157,112 @@ def test_a_group_added_after_construction_steps_and_round_trips():
         o.step()
     for a, b in zip((frame, matrix, vector), twin):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _adamw_twin(p: nn.Parameter, **kw) -> tuple[nn.Parameter, torch.optim.AdamW]:
+    twin = nn.Parameter(p.detach().clone())
+    return twin, torch.optim.AdamW([twin], eps=1e-8, **kw)
+
+
+def test_a_groups_own_lr_weight_decay_and_betas_win_over_the_role_defaults():
+    frame, matrix, vector = _params()
+    opt = StiefelMuon([{"params": [vector], "lr": 1e-3, "weight_decay": 0.2, "betas": (0.8, 0.9)},
+                       {"params": [frame], "lr": 0.05}, {"params": [matrix]}], lr=0.1, frame_lr=0.01, adamw_lr=3e-4,
+                      weight_decay=0.0, momentum=0.0)
+    twin, ref = _adamw_twin(vector, lr=1e-3, weight_decay=0.2, betas=(0.8, 0.9))
+    for step in range(3):
+        _set_grads([frame, matrix, vector], seed=step)
+        twin.grad = vector.grad.clone()
+        W0, M0, G = frame.detach().clone(), matrix.detach().clone(), matrix.grad.clone()
+        opt.step()
+        ref.step()
+        torch.testing.assert_close(vector.detach(), twin.detach())  # at the group's lr, decay and betas
+        torch.testing.assert_close(_spectral_length(W0, frame.detach()), torch.full((2,), 0.05), rtol=1e-2, atol=0)
+        torch.testing.assert_close(matrix.detach(), M0 + muon_update(G, 0.1))  # a group without lr: the role's
+    assert [g["lr"] for g in opt.param_groups] == [1e-3, 0.05, 0.1]
+
+
+def test_a_schedulers_per_group_list_counts_the_groups_given_and_one_lr_moves_every_role_in_proportion():
+    frame, matrix, vector = _params()
+    opt = StiefelMuon([{"params": [frame]}, {"params": [matrix]}, {"params": [vector]}], lr=0.02, frame_lr=0.03,
+                      adamw_lr=1e-3)
+    assert len(opt.param_groups) == 3  # as given, not split by role
+    torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[0.03, 0.02, 1e-3], total_steps=4)
+    model = StiefelMuon([frame, matrix, vector], lr=0.02, frame_lr=0.03, adamw_lr=1e-3)  # one group, three roles
+    sched = torch.optim.lr_scheduler.OneCycleLR(model, max_lr=0.02, total_steps=10, pct_start=0.5)
+    for _ in range(4):  # to the peak, at step pct_start * total_steps - 1
+        model.step()
+        sched.step()
+    lrs = {r["role"]: r["lr"] for r in model.roles()}
+    assert lrs == pytest.approx({"frame": 0.03, "muon": 0.02, "adamw": 1e-3})  # each role at its own peak
+
+
+def test_gains_biases_and_scales_are_not_decayed_unless_their_group_asks():
+    frame, matrix, vector = _params()
+    log_scale = nn.Parameter(torch.zeros(2))
+    opt = StiefelMuon([matrix, vector], lr=0.1, weight_decay=0.5, adamw_lr=1e-2)
+    opt.add_param_group({"params": [log_scale]})
+    asked = nn.Parameter(torch.ones(3))
+    opt.add_param_group({"params": [asked], "weight_decay": 0.5})
+    for p in (matrix, vector, log_scale, asked):
+        p.grad = torch.zeros_like(p)  # AdamW moves a zero-gradient parameter by its decay alone
+    before = [p.detach().clone() for p in (vector, log_scale, asked)]
+    opt.step()
+    assert torch.equal(vector.detach(), before[0]) and torch.equal(log_scale.detach(), before[1])
+    torch.testing.assert_close(asked.detach(), before[2] * (1 - 1e-2 * 0.5))
+    assert [r["weight_decay"] for r in opt.roles()] == [0.5, 0.0, 0.0, 0.5]
+
+
+@pytest.mark.parametrize("bad", [dict(lr=float("inf")), dict(lr=float("nan")), dict(frame_lr=float("inf")),
+                                 dict(adamw_lr=float("inf")), dict(weight_decay=float("nan")), dict(fused=True),
+                                 dict(differentiable=True), dict(maximize="yes"), dict(foreach="no")])
+def test_non_finite_lrs_and_unavailable_implementations_raise(bad):
+    with pytest.raises(ValueError, match=f"StiefelMuon: {next(iter(bad))}="):
+        StiefelMuon([nn.Parameter(torch.randn(3, 3))], **bad)
+
+
+def test_a_tensor_lr_works_as_the_same_float():
+    runs = []
+    for lr in (0.1, torch.tensor(0.1)):
+        frame, matrix, vector = _params()
+        opt = StiefelMuon([frame, matrix, vector], lr=lr, frame_lr=0.05)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
+        for step in range(2):
+            _set_grads([frame, matrix, vector], seed=step)
+            opt.step()
+            sched.step()
+        runs.append([p.detach().clone() for p in (frame, matrix, vector)])
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b)  # float32's 0.1 is not float64's: equal to rounding
+
+
+def test_maximize_steps_up_every_role_and_foreach_is_adamws_choice():
+    results = []
+    for maximize, foreach in ((False, None), (True, True)):
+        frame, matrix, vector = _params()
+        opt = StiefelMuon([frame, matrix, vector], frame_lr=0.05, maximize=maximize, foreach=foreach)
+        for step in range(2):
+            _set_grads([frame, matrix, vector], seed=step)
+            if maximize:  # maximising f steps as minimising -f
+                for p in (frame, matrix, vector):
+                    p.grad.neg_()
+            opt.step()
+        results.append([p.detach().clone() for p in (frame, matrix, vector)])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b)
+
+
+def test_the_scale_group_trains_its_scales_with_adamw_at_its_own_lr_without_decay():
+    scale = nn.Parameter(torch.zeros(4))
+    frame, matrix, _ = _params()
+    opt = StiefelMuon([{"params": [frame, matrix]}, {"name": "scale", "params": [scale], "lr": 0.3,
+                                                     "weight_decay": 0.0}], lr=0.02, adamw_lr=1e-3, weight_decay=0.1)
+    twin, ref = _adamw_twin(scale, lr=0.3, weight_decay=0.0, betas=(0.9, 0.95))
+    for step in range(3):
+        _set_grads([frame, matrix, scale], seed=step)
+        twin.grad = scale.grad.clone()
+        opt.step()
+        ref.step()
+    torch.testing.assert_close(scale.detach(), twin.detach())
+    row = opt.roles()[-1]
+    assert (row["role"], row["kind"], row["lr"], row["weight_decay"]) == ("adamw", "scale", 0.3, 0.0)

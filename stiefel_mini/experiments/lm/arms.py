@@ -42,7 +42,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from stiefel_mini import StiefelAdam, StiefelMuon, convert_attention, mark_adamw_params
+from stiefel_mini import StiefelAdam, StiefelMuon, convert_attention, mark_muon_roles
 from stiefel_mini.geometry import project
 from stiefel_mini.groups import is_frame, logit_scale_parameters, mark_frame, param_groups
 from stiefel_mini.experiments.config import replace
@@ -75,7 +75,7 @@ def build(recipe: str, cfg: LMConfig, eot_id: int = 0) -> nn.Module:
     elif arm in ("adamw", "adamw_qknorm"):
         convert_attention(model, stiefel=False)
     else:
-        mark_adamw_params(model)  # the embeddings (and the tied output layer) take AdamW
+        mark_muon_roles(model)  # the Muon recipe's roles; optimizers() sets each group's role itself
     if arm.endswith("_qknorm"):
         add_qk_norm(model)
     if arm == "all_stiefel":
@@ -114,7 +114,7 @@ def _muon_groups(model: nn.Module, cfg: LMConfig, per_head: bool, scale_lr: floa
     fused = {id(p) for name, p in model.named_parameters() if name.endswith(("c_attn.weight", "c_attn.proj.weight"))}
     groups = [{"params": roles["frames"], "role": "frame"},
               {"params": [p for p in roles["hidden"] if id(p) in fused], "role": "muon", "heads": n_head if per_head else 1,
-               "fused": 3},
+               "projections": 3},
               {"params": [p for p in roles["hidden"] if id(p) in qkv - fused], "role": "muon",
                "heads": n_head if per_head else None},
               {"params": [p for p in roles["hidden"] if id(p) not in qkv], "role": "muon"},
@@ -135,7 +135,7 @@ def _early_optimizers(study: str, arm: str, model: nn.Module, cfg: LMConfig, poi
     o = cfg.optimizer
     return [StiefelMuon(_muon_groups(model, cfg, bool(point["per_head"]), scale_lr), lr=o.muon_lr, momentum=o.momentum,
                         weight_decay=o.weight_decay, frame_lr=o.frame_lr, adamw_lr=o.lr, betas=o.betas, eps=o.eps,
-                        in_out=True)]
+                        in_out=True, ns_dtype="float32")]  # the precision of the study's runs, on any device
 
 
 def optimizers(recipe: str, model: nn.Module, cfg: LMConfig, point: dict) -> list[torch.optim.Optimizer]:
@@ -165,7 +165,8 @@ def optimizers(recipe: str, model: nn.Module, cfg: LMConfig, point: dict) -> lis
               {"params": roles["scale"], **adamw, "adamw_lr": point.get("scale_lr"), "adamw_weight_decay": 0.0}]
     options = {"max_iter": point["max_iter"]} if recipe == "all_stiefel" else {}
     return [StiefelMuon([g for g in groups if g["params"]], lr=point.get("muon_lr") or o.muon_lr, momentum=o.momentum,
-                        weight_decay=o.weight_decay, betas=o.betas, eps=o.eps, **options)]
+                        weight_decay=o.weight_decay, betas=o.betas, eps=o.eps,
+                        ns_dtype="float32", **options)]  # the precision of the study's runs, on any device
 
 
 def build_facts(recipe: str) -> dict:

@@ -91,7 +91,7 @@ def test_the_second_studys_muon_arms_orthogonalise_q_k_v_whole_or_per_head():
     for recipe, per_head in (("r2_muon", True), ("r2_muon", False), ("r2_stiefel_muon", True)):
         model = build(recipe, CFG)
         opt = StiefelMuon(_muon_groups(model, CFG, per_head, None), in_out=True)
-        roles = {id(p): (g["role"], g["heads"], g["fused"]) for g in opt.param_groups for p in g["params"]}
+        roles = {id(p): (g["role"], g["heads"], g["projections"]) for g in opt.param_groups for p in g["params"]}
         for name, p in model.named_parameters():
             role = roles[id(p)]
             if name.endswith("c_attn.weight"):
