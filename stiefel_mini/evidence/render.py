@@ -21,7 +21,7 @@ from stiefel_mini.evidence.sentences import fresh_text
 from stiefel_mini.evidence.words import effect_text, number_text, plain_regime, sure_text
 
 __all__ = ["summary_html", "legend_html", "bottom_line_html", "scale_note_html", "ledger_html", "title",
-           "APPENDIX", "SHORT_TITLES", "advice_html", "codes_html", "box_html", "details_html", "table_html", "word_html",
+           "APPENDIX", "COMPARISONS", "SHORT_TITLES", "advice_html", "cards_html", "codes_html", "box_html", "details_html", "table_html", "word_html",
            "ARM_CODES", "WORDS", "WORD_MEANINGS"]
 
 ARM_CODES = {
@@ -34,7 +34,9 @@ ARM_CODES = {
 _E = html.escape
 
 APPENDIX = "how_we_test.html"
-"""The appendix page every verdict box links to (relative to a chapter's page)."""
+"""The appendix page every verdict box links to for how a claim is tested (relative to a chapter's page)."""
+COMPARISONS = "appendix_comparisons.html"
+"""The appendix page with every comparison and the confirmation ledger, which every verdict box links to."""
 
 
 WORDS: dict[str, tuple[str, str, str]] = {
@@ -133,6 +135,18 @@ def bottom_line_html(vs: list[dict], root=None, questions: list[dict] = ()) -> s
     return f"<p class='bottom-line'><b>In short.</b> {_E(' '.join(bottom_line(vs, root, questions)))}</p>"
 
 
+def cards_html(cards: list[dict], prefix: str = "") -> str:
+    """The decision cards (:func:`stiefel_mini.evidence.cards.cards`), one per task: the task (linked to its
+    chapter), the answer in bold, what decided it as a short list, and the regime it was measured in.
+    Side by side on a wide screen, one under another on a phone (``book.css``)."""
+    def card(c: dict) -> str:
+        lines = "".join(f"<li><span class='card-what'>{_E(what)}</span>: {_E(said)}</li>" for what, said in c["lines"])
+        return (f"<div class='decision-card' data-task='{_E(c['key'])}'><p class='card-task'><a href='{prefix}"
+                f"{_E(c['chapter'])}.html'>{_E(c['task'])}</a></p><p class='card-answer'>{_E(c['answer'])}.</p>"
+                f"<ul>{lines}</ul><p class='card-scale'>Measured: {_E(c['scale'])}.</p></div>")
+    return f"<div class='decision-cards'>{''.join(card(c) for c in cards)}</div>"
+
+
 def tally_html(vs: list[dict]) -> str:
     """The count of the paper's claims by verdict (:func:`stiefel_mini.evidence.plain.tally`), under
     the intro's table."""
@@ -162,7 +176,8 @@ def _claim_link(v: dict, prefix: str) -> str:
 
 def box_html(vs: list[dict], chapter: str, prefix: str = "") -> str:
     """A chapter's verdict box: per claim, its verdict word and one plain sentence (``sentence``), the
-    technical verdict, how sure and the confirmation in a closed block, and a link to the appendix."""
+    technical verdict, how sure and the confirmation in a closed block, and links to the appendix pages
+    (how a claim is tested, every comparison)."""
     mine = [v for v in vs if v["chapter"] == chapter]
     if not mine:
         raise ValueError(f"no claim is tested in chapter {chapter!r}; chapters: {sorted({v['chapter'] for v in vs})}")
@@ -174,8 +189,9 @@ def box_html(vs: list[dict], chapter: str, prefix: str = "") -> str:
         + (f" <span class='verdict-confirmation'>{_E(_cap(v['confirmation']['text']))}.</span>"
            if v["confirmation"] and v["confirmation"]["text"] else "") + "</p></details></li>" for v in mine)
     return (f"<div class='admonition important verdict-box' id='verdict'><p class='admonition-title'>Verdict</p>"
-            f"<ul>{items}</ul><p class='verdict-how'>How a claim is tested, and every comparison's details: "
-            f"<a href='{prefix}{APPENDIX}'>How this book tests a claim</a>.</p></div>")
+            f"<ul>{items}</ul><p class='verdict-how'>How a claim is tested: <a href='{prefix}{APPENDIX}'>How this book "
+            f"tests a claim</a>; every comparison and the ledger: <a href='{prefix}{COMPARISONS}'>Every comparison, and "
+            "the confirmation ledger</a>.</p></div>")
 
 
 def confirmation_html(vs: list[dict]) -> str:
@@ -190,21 +206,24 @@ def confirmation_html(vs: list[dict]) -> str:
 
 def ledger_html(vs: list[dict]) -> str:
     """The confirmation ledger as a table: per claim with a primary, the commit that declared it and its
-    time, the runs of its arms started after it on unchosen seeds / before it / after it on seeds a
-    choice was made on, and what those fresh runs alone give (``data-confirmation``: its status)."""
+    time, the runs of both its arms (a family side as the arm it stands for) started after it on
+    unchosen seeds / before it / after it on seeds a choice was made on, phase by phase of a study that
+    has phases, and what those fresh runs alone give (``data-confirmation``: its status)."""
     rows = []
     for v in vs:
         conf = v["confirmation"]
         if not conf or conf["status"] == "by construction":
             continue
-        n = conf.get("runs") or {}
         when = (conf["time"] or "").replace("T", " ")[:16]
-        rows.append(f"<tr data-confirmation='{_E(conf['status'])}'><td>{_E(title(v))}</td>"
-                    f"<td><code>{_E(conf['commit'] or '-')}</code> {_E(when + ' UTC' if when else '')}</td>"
-                    f"<td>{n.get('after', 0)} / {n.get('before', 0)} / {n.get('on_chosen_seeds', 0)}</td>"
-                    f"<td><b>{_E(conf['status'])}</b>: {_E(conf['text'])}</td></tr>")
-    return ("<table class='ledger-table'><thead><tr><th>claim</th><th>declared at</th><th>runs after / before / "
-            "after on chosen seeds</th><th>the fresh runs alone</th></tr></thead><tbody>" + "".join(rows)
+        counts = "<br>".join(f"{_E(phase) + ': ' if phase else ''}{n['after']} / {n['before']} / "
+                             f"{n['on_chosen_seeds']}" for phase, n in (conf.get("phases") or {}).items()) or "-"
+        rows.append(f"<tr data-confirmation='{_E(conf['status'])}'><td data-label='claim'>{_E(title(v))}</td>"
+                    f"<td data-label='declared at'><code>{_E(conf['commit'] or '-')}</code> "
+                    f"{_E(when + ' UTC' if when else '')}</td>"
+                    f"<td data-label='runs after / before / after on chosen seeds'>{counts}</td>"
+                    f"<td data-label='the fresh runs alone'><b>{_E(conf['status'])}</b>: {_E(conf['text'])}</td></tr>")
+    return ("<table class='ledger-table'><thead><tr><th>claim</th><th>declared at</th><th>runs of both arms: after / "
+            "before / after on chosen seeds</th><th>the fresh runs alone</th></tr></thead><tbody>" + "".join(rows)
             + "</tbody></table>")
 
 
