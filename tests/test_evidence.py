@@ -504,12 +504,17 @@ def test_every_row_the_book_shows_follows_the_rule_and_exchanges_with_its_arms()
     assert seen > 50
 
 
-def test_the_intros_list_of_claims_is_the_verdicts_list():
+def test_the_intros_list_of_claims_is_the_verdicts_list_numbered_by_the_evidence_layer():
     import re
 
     nb = nbformat.read(ROOT / "book" / "intro.ipynb", 4)
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    listed = re.findall(r"^(\d+)\. \*\*", text.split("## The claims this book will test")[1].split("## ")[0], re.M)
-    assert [int(i) for i in listed] == list(range(1, len(evidence.CLAIMS) + 1))
-    words = {9: "nine"}
-    assert f"Which of the {words[len(evidence.CLAIMS)]} claims" in text
+    cell = next(c.source for c in nb.cells if c.cell_type == "code" and "CLAIM_TEXT = {" in c.source)
+    keys = re.findall(r'^    "(\w+)": ', cell.split("CLAIM_TEXT = {")[1].split("\n}")[0], re.M)
+    assert keys == [c.key for c in evidence.CLAIMS]
+    assert "evidence.claim_number(key)" in cell and [evidence.claim_number(k) for k in keys] == list(
+        range(1, len(keys) + 1))
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    typed = re.findall(r"\b(?:nine|eight|ten) claims\b|\b[Cc]laims? \d\b|^\d+\. \*\*", markdown, re.M)
+    assert not typed, f"claim numbers and counts typed in the intro's markdown: {typed}"
+    with pytest.raises(ValueError, match="not one of the paper's claims"):
+        evidence.claim_number("lm_gain")

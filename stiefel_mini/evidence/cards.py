@@ -17,8 +17,8 @@ from stiefel_mini.evidence.rule import RESOLVED, decision, judged
 from stiefel_mini.evidence.sentences import flip, versus
 from stiefel_mini.evidence.words import arm_name, gist, number_text, plain_regime, row_phrase, side_names
 
-__all__ = ["TASKS", "CONFIGURATIONS", "SETTINGS", "SHORT_SETTINGS", "row_of", "configurations", "configuration_text", "family_lead",
-           "cards"]
+__all__ = ["TASKS", "CONFIGURATIONS", "SETTINGS", "SHORT_SETTINGS", "row_of", "configurations", "configuration_text",
+           "against_text", "beside", "family_lead", "cards"]
 
 TASKS = {"cifar": "A vision transformer", "grokking": "Grokking", "language_model": "A small language model"}
 """The tasks with a card, by chapter, in the order the intro shows them."""
@@ -65,14 +65,34 @@ def _rank(r: dict) -> float:
 
 
 def configurations(vs: list[dict]) -> list[dict]:
-    """Each Stiefel arm of :data:`CONFIGURATIONS` with a paired row: ``{"arm", "best", "weaker"}``, the
-    rows of its configurations, the one with the better mean against its family's better arm first."""
+    """Each Stiefel arm of :data:`CONFIGURATIONS` with a paired row: ``{"arm", "best", "weaker", "keys"}``,
+    the rows of its configurations, the one with the better mean against its family's better arm first,
+    and ``keys`` the question each of them (best first) comes from."""
     out = []
     for name, options in CONFIGURATIONS.items():
-        rows = sorted((r for key, arm, base in options if (r := row_of(vs, key, arm, base))), key=_rank)
-        if rows:
-            out.append({"arm": name, "best": rows[0], "weaker": rows[1:]})
+        found = sorted(((r, key) for key, arm, base in options if (r := row_of(vs, key, arm, base))),
+                       key=lambda rk: _rank(rk[0]))
+        if found:
+            out.append({"arm": name, "best": found[0][0], "weaker": [r for r, _ in found[1:]],
+                        "keys": [k for _, k in found]})
     return out
+
+
+def beside(vs: list[dict]) -> dict[str, str]:
+    """``{question key: clause}``: for a question that tests one configuration of a Stiefel arm, the arm's
+    other configurations in a few words, so that no row quotes an arm without its best configuration
+    beside it: ``{"lm2_stiefel_muon": "with the logit scale at an lr of its own, 0.043 bits per byte behind
+    Muon with QK-norm on 16 of 16 seeds"}``."""
+    primary = {v["key"]: v["primary"][0].get("arm") for v in vs if v["primary"]}
+    out: dict[str, list[str]] = {}
+    for c in configurations(vs):
+        rows = [c["best"], *c["weaker"]]
+        for i, key in enumerate(c["keys"]):
+            if rows[i]["arm"] != primary.get(key):
+                continue  # a secondary row of that question: its primary is another arm
+            out.setdefault(key, []).extend(f"{c['arm']} with {SETTINGS.get(r['arm'], arm_name(r['arm']))}, "
+                                           f"{against_text(r)}" for j, r in enumerate(rows) if j != i)
+    return {k: "; ".join(v) for k, v in out.items()}
 
 
 def family_lead(vs: list[dict]) -> dict | None:
@@ -84,7 +104,7 @@ def family_lead(vs: list[dict]) -> dict | None:
     return row_of(vs, "lm2_stiefel_adam", m, a) if a and m else None
 
 
-def _against(r: dict) -> str:
+def against_text(r: dict) -> str:
     """A row's result with its baseline named, no p: ``"0.043 bits per byte behind Muon with QK-norm on 16
     of 16 seeds"``, or ``"no clear difference against AdamW (mean gap -0.001 bits per byte, 95% interval
     -0.006 to +0.003)"``."""
@@ -104,7 +124,7 @@ def configuration_text(c: dict) -> str:
     """One Stiefel arm in words, its best configuration first and the weaker beside it: ``"with the logit
     scale at an lr of its own, no clear difference against AdamW (...); with the logit scale at AdamW's
     lr, 0.034 bits per byte behind AdamW on 16 of 16 seeds"``."""
-    return "; ".join(f"with {SETTINGS.get(r['arm'], arm_name(r['arm']))}, {_against(r)}"
+    return "; ".join(f"with {SETTINGS.get(r['arm'], arm_name(r['arm']))}, {against_text(r)}"
                      for r in [c["best"], *c["weaker"]])
 
 
@@ -178,7 +198,8 @@ def _language_model(qs: list[dict]) -> dict | None:
     long = _of(qs, "lm2_long")
     if long and long["primary"] and long["primary"][0]["n"]:
         r = long["primary"][0]
-        lines.append(("Three times the steps", f"with {SETTINGS.get(r['arm'], arm_name(r['arm']))}, {_against(r)}"))
+        setting = SETTINGS.get(r["arm"], arm_name(r["arm"]))
+        lines.append(("Three times the steps", f"with {setting}, {against_text(r)}"))
     metric = _metric(best)
     # the regime the studies share; what sets the configurations apart is said on each line
     return {"answer": answer + (f" (in {metric}, lower is better)" if metric else ""), "lines": lines,

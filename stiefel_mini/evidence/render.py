@@ -16,6 +16,7 @@ import html
 import re
 from typing import Iterable
 
+from stiefel_mini.evidence.cards import beside
 from stiefel_mini.evidence.plain import bottom_line, scale, tally
 from stiefel_mini.evidence.sentences import fresh_text
 from stiefel_mini.evidence.words import effect_text, number_text, plain_regime, sure_text
@@ -77,8 +78,8 @@ SHORT_TITLES = {
     "optimizer": "Update rule", "cifar_gain": "CIFAR-10 gain", "cifar_widens": "Gain vs data",
     "grokking_endpoint": "Grokking endpoint", "grokking_sooner": "Groks sooner", "weight_decay": "Weight decay",
     "step_ratio": "Q/K step size", "freezing": "Freezing cost", "mechanism": "Why it gains",
-    "lm_gain": "Language model", "lm2_stiefel_adam": "Language model, better AdamW",
-    "lm2_stiefel_muon": "Language model, manifold Muon", "lm2_long": "Language model, 3x the steps",
+    "lm_gain": "Language model, first study", "lm2_stiefel_adam": "Language model, StiefelAdam",
+    "lm2_stiefel_muon": "Language model, StiefelMuon", "lm2_long": "Language model, 3x the steps",
     "lm3_scale": "Language model, own scale lr",
 }
 """The intro's table names each claim in a few words, its full title on hover (a claim not listed: its
@@ -93,13 +94,15 @@ def title(v: dict, short: bool = False) -> str:
     return re.sub(r" \((?:A\d'?|QK-norm)\)", "", v["claim"])
 
 
-def _verdict_cell(v: dict) -> str:
+def _verdict_cell(v: dict, other: str = "") -> str:
     """The verdict word, the result in plain words, then what fresh seeds said, as its own clause (a
-    "not confirmed" read beside "contradicted" once looked like a second verdict)."""
+    "not confirmed" read beside "contradicted" once looked like a second verdict), then ``other``: the
+    arm's other configuration (:func:`stiefel_mini.evidence.cards.beside`)."""
     conf = v.get("confirmed", "")
     fresh = fresh_text(v) if conf in ("not confirmed", "not re-run", "too few fresh seeds") else ""
     return (word_html(v["status"]) + ("" if v["status"] == "by construction" else f" {_E(v['short_phrase'])}")
-            + (f"; <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(fresh)}</span>" if fresh else ""))
+            + (f"; <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(fresh)}</span>" if fresh else "")
+            + (f"<span class='verdict-beside'> ({_E(other)})</span>" if other else ""))
 
 
 def summary_html(vs: list[dict], prefix: str = "") -> str:
@@ -108,12 +111,15 @@ def summary_html(vs: list[dict], prefix: str = "") -> str:
     where they did not confirm it (:func:`~stiefel_mini.evidence.sentences.fresh_text`).
 
     One short row per claim; the full verdict and how sure it is are in the chapter's box
-    (:func:`box_html`) and in the appendix, from the same verdict dicts.
+    (:func:`box_html`) and in the appendix, from the same verdict dicts. A question that tests one
+    configuration of a Stiefel arm has the arm's other configuration beside it
+    (:func:`stiefel_mini.evidence.cards.beside`).
     """
+    other = beside(vs)
     body = "".join(
         f"<tr data-claim='{_E(v['key'])}'><td data-label='claim'>{_claim_link(v, prefix)}</td>"
         f"<td data-label='paper'>{_E(v['paper'])}</td>"
-        f"<td data-label='this book found'>{_verdict_cell(v)}</td></tr>" for v in vs)
+        f"<td data-label='this book found'>{_verdict_cell(v, other.get(v['key'], ''))}</td></tr>" for v in vs)
     return ("<table class='verdict-table'><thead><tr><th>claim</th><th>paper</th><th>this book found</th>"
             f"</tr></thead><tbody>{body}</tbody></table>")
 
@@ -181,10 +187,12 @@ def box_html(vs: list[dict], chapter: str, prefix: str = "") -> str:
     mine = [v for v in vs if v["chapter"] == chapter]
     if not mine:
         raise ValueError(f"no claim is tested in chapter {chapter!r}; chapters: {sorted({v['chapter'] for v in vs})}")
+    other = beside(vs)
     items = "".join(
         f"<li data-claim='{_E(v['key'])}'><b>{_E(title(v))}</b> (paper: {_E(v['paper'])}). {word_html(v['status'])} "
         f"<span class='verdict-sentence'>{_E(v['sentence'])}</span>"
-        f"<details class='verdict-details'><summary>The test behind it</summary><p><b class='verdict-words'>"
+        + (f" <span class='verdict-beside'>Beside it: {_E(other[v['key']])}.</span>" if v["key"] in other else "")
+        + f"<details class='verdict-details'><summary>The test behind it</summary><p><b class='verdict-words'>"
         f"{_E(v['verdict'])}</b> (<span class='verdict-sure'>{_E(v['sure'])}</span>)."
         + (f" <span class='verdict-confirmation'>{_E(_cap(v['confirmation']['text']))}.</span>"
            if v["confirmation"] and v["confirmation"]["text"] else "") + "</p></details></li>" for v in mine)
