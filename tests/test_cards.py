@@ -63,7 +63,7 @@ def test_a_row_found_the_other_way_round_is_exchanged():
 
 
 @pytest.mark.parametrize("tie, want", [(TIE, "No reason to switch from AdamW: even at its best (the logit scale at an "
-                                              "lr of its own), StiefelAdam against it: no clear difference"),
+                                              "lr of its own), StiefelAdam made no clear difference against it"),
                                        ([-0.02] * 8, "Worth a try: with the logit scale at an lr of its own, "
                                                      "StiefelAdam beat AdamW"),
                                        ([0.02] * 8, "Keep AdamW: StiefelAdam, even at its best (the logit scale at an "

@@ -234,7 +234,8 @@ def test_round2_gives_each_declared_comparison_its_known_answer(results2):
                                           "ahead of Muon on 16 of 16 seeds")
     unresolved = copy.deepcopy(got["lm2_stiefel_adam"])
     unresolved["primary"][0]["resolved"] = False  # its test no longer passes, its interval still excludes zero
-    assert plain.advice([unresolved])[0]["try"] == "AdamW with QK-norm (StiefelAdam against it, at its best: not resolved)"
+    assert plain.advice([unresolved])[0]["try"] == ("AdamW with QK-norm (StiefelAdam, at its best, leaned without "
+                                                    "resolving against it)")
 
 
 def test_the_chapter_and_its_appendix_show_the_second_study(results2):

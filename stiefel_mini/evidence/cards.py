@@ -13,12 +13,12 @@ here); :func:`cards` writes one card per task of :data:`TASKS`: ``{"key", "task"
 from __future__ import annotations
 
 from stiefel_mini.evidence.claims import claim
-from stiefel_mini.evidence.rule import RESOLVED, decision, judged
+from stiefel_mini.evidence.rule import LEANS, LEVEL, RESOLVED, UNDECIDABLE, UNTESTED, decision, judged
 from stiefel_mini.evidence.sentences import flip, versus
 from stiefel_mini.evidence.words import arm_name, gist, number_text, plain_regime, row_phrase, side_names
 
 __all__ = ["TASKS", "CONFIGURATIONS", "SETTINGS", "SHORT_SETTINGS", "row_of", "configurations", "configuration_text",
-           "against_text", "beside", "family_lead", "cards"]
+           "against_text", "open_text", "beside", "family_lead", "cards"]
 
 TASKS = {"cifar": "A vision transformer", "grokking": "Grokking", "language_model": "A small language model"}
 """The tasks with a card, by chapter, in the order the intro shows them."""
@@ -93,6 +93,16 @@ def beside(vs: list[dict]) -> dict[str, str]:
             out.setdefault(key, []).extend(f"{c['arm']} with {SETTINGS.get(r['arm'], arm_name(r['arm']))}, "
                                            f"{against_text(r)}" for j, r in enumerate(rows) if j != i)
     return {k: "; ".join(v) for k, v in out.items()}
+
+
+_OPEN = {LEANS: "leaned without resolving against it", LEVEL: "made no clear difference against it",
+         UNDECIDABLE: "had too few seeds to decide against it", UNTESTED: "has no paired seed against it"}
+
+
+def open_text(r: dict) -> str:
+    """What a row the rule leaves open says of its arm, as a verb phrase with the baseline as "it":
+    ``"made no clear difference against it"``; ``""`` for a resolved row."""
+    return _OPEN.get(decision(r), "")
 
 
 def family_lead(vs: list[dict]) -> dict | None:
@@ -187,7 +197,7 @@ def _language_model(qs: list[dict]) -> dict | None:
     ahead = best["wins"] > best["losses"]
     answer = (f"Worth a try: with {setting}, StiefelAdam beat {base}" if decision(best) == RESOLVED and ahead else
               f"Keep {base}: StiefelAdam, even at its best ({setting}), was behind it" if decision(best) == RESOLVED
-              else f"No reason to switch from {base}: even at its best ({setting}), StiefelAdam against it: {gist(best)}")
+              else f"No reason to switch from {base}: even at its best ({setting}), StiefelAdam {open_text(best)}")
     muon = family_lead(qs)
     m, a = side_names(muon) if muon else ("", "")
     if muon and judged(muon)[1] and muon["wins"] > muon["losses"]:

@@ -16,11 +16,11 @@ from collections import Counter
 from pathlib import Path
 
 from stiefel_mini.evidence import compare, runs
-from stiefel_mini.evidence.cards import SETTINGS, configuration_text, configurations, family_lead
+from stiefel_mini.evidence.cards import SETTINGS, configuration_text, configurations, family_lead, open_text
 from stiefel_mini.evidence.claims import Comparison, claim
 from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.rule import judged
-from stiefel_mini.evidence.words import gist, plain_regime, row_phrase, side_names
+from stiefel_mini.evidence.words import plain_regime, row_phrase, side_names
 
 __all__ = ["TASKS", "scale", "tally", "bottom_line", "advice"]
 
@@ -187,6 +187,6 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
         out.append({"situation": f"a small language model, against the better {family} (with or without "
                                  "QK-norm, warm-up and lr tuned)",
                     "try": f"{arm}, with {setting}" if ahead else
-                           best if judged(r)[1] else f"{best} ({name} against it, at its best: {gist(r)})",
+                           best if judged(r)[1] else f"{best} ({name}, at its best, {open_text(r)})",
                     "measured": f"{name} " + configuration_text(cfg[name]), "regime": plain_regime(r["regime"])})
     return out
