@@ -22,7 +22,7 @@ NARROW_FONT_PT = 9.5
 """The narrow figure's font size: :data:`~stiefel_mini.plots.NARROW_WIDTH_IN` wide, a phone's column
 shows it at about natural size, so its text is about 12 px."""
 UNIT_TITLES = {"pp": "difference, percentage points", "steps": "difference, steps", "x": "ratio (log scale)",
-               "bpb": "difference, test bits per byte (lower is better)"}
+               "bpb": "difference, test bits per byte"}
 """Each panel's axis title, by the unit of its rows."""
 
 
@@ -99,7 +99,7 @@ def forest(vs: Sequence[dict], lm: Sequence[tuple[str, dict]] = (), narrow: bool
             if narrow:  # each label above its row, across the panel: a phone has no room beside it
                 at = blended_transform_factory(ax.transAxes, ax.transData)
                 for y, (label, _, _) in zip(ys, rows):
-                    ax.text(0.0, y + 0.22, label, transform=at, fontsize=font - 1, va="bottom", ha="left")
+                    ax.text(0.02, y + 0.22, label, transform=at, fontsize=font - 1, va="bottom", ha="left")
                 ax.set_yticks([])
                 ax.set_ylim(-0.5, len(rows) - 0.05)
             else:

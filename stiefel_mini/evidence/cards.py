@@ -17,7 +17,7 @@ from stiefel_mini.evidence.rule import LEANS, LEVEL, RESOLVED, UNDECIDABLE, UNTE
 from stiefel_mini.evidence.sentences import flip, versus
 from stiefel_mini.evidence.words import arm_name, gist, number_text, plain_regime, row_phrase, side_names
 
-__all__ = ["TASKS", "CONFIGURATIONS", "SETTINGS", "SHORT_SETTINGS", "row_of", "configurations", "configuration_text",
+__all__ = ["TASKS", "CONFIGURATIONS", "SETTINGS", "SCALED", "SHORT_SETTINGS", "row_of", "configurations", "configuration_text",
            "against_text", "open_text", "beside", "family_lead", "cards"]
 
 TASKS = {"cifar": "A vision transformer", "grokking": "Grokking", "language_model": "A small language model"}
@@ -34,6 +34,10 @@ of the row that sets it against the better arm of its family."""
 SETTINGS = {"stiefel": "the logit scale at AdamW's lr", "stiefel_scale": "the logit scale at an lr of its own",
             "stiefel_muon": "the logit scale at AdamW's lr", "stiefel_muon_scale": "the logit scale at an lr of its own"}
 """What sets each configuration of :data:`CONFIGURATIONS` apart, in words."""
+
+SCALED = {key for options in CONFIGURATIONS.values() for key, _, _ in options} | {"lm2_long"}
+"""The questions whose Stiefel arm learns its logit scale in one of :data:`SETTINGS` (the second study's
+long phase, at AdamW's lr, among them)."""
 
 SHORT_SETTINGS = {"stiefel": "scale at AdamW's lr", "stiefel_scale": "own scale lr",
                   "stiefel_muon": "scale at AdamW's lr", "stiefel_muon_scale": "own scale lr"}
@@ -79,19 +83,20 @@ def configurations(vs: list[dict]) -> list[dict]:
 
 
 def beside(vs: list[dict]) -> dict[str, str]:
-    """``{question key: clause}``: for a question that tests one configuration of a Stiefel arm, the arm's
-    other configurations in a few words, so that no row quotes an arm without its best configuration
-    beside it: ``{"lm2_stiefel_muon": "with the logit scale at an lr of its own, 0.043 bits per byte behind
-    Muon with QK-norm on 16 of 16 seeds"}``."""
-    primary = {v["key"]: v["primary"][0].get("arm") for v in vs if v["primary"]}
-    out: dict[str, list[str]] = {}
+    """``{question key: clause}`` for each question whose primary tests a configuration of a Stiefel arm
+    (:data:`SETTINGS`): that configuration, then the arm's other configurations with their results, so
+    that no row quotes an arm without saying which configuration it is or without its best beside it:
+    ``{"lm2_stiefel_muon": "with the logit scale at AdamW's lr; with the logit scale at an lr of its own:
+    0.043 bits per byte behind Muon with QK-norm on 16 of 16 seeds"}``."""
+    primary = {v["key"]: v["primary"][0]["arm"] for v in vs if v["key"] in SCALED and v["primary"]
+               and v["primary"][0]["n"] and v["primary"][0].get("arm") in SETTINGS}
+    out = {key: [f"with {SETTINGS[arm]}"] for key, arm in primary.items()}
     for c in configurations(vs):
         rows = [c["best"], *c["weaker"]]
         for i, key in enumerate(c["keys"]):
-            if rows[i]["arm"] != primary.get(key):
-                continue  # a secondary row of that question: its primary is another arm
-            out.setdefault(key, []).extend(f"{c['arm']} with {SETTINGS.get(r['arm'], arm_name(r['arm']))}, "
-                                           f"{against_text(r)}" for j, r in enumerate(rows) if j != i)
+            if primary.get(key) == rows[i]["arm"]:  # the question's own arm, not one of its secondaries
+                out[key] += [f"with {SETTINGS.get(r['arm'], arm_name(r['arm']))}: {against_text(r)}"
+                             for j, r in enumerate(rows) if j != i]
     return {k: "; ".join(v) for k, v in out.items()}
 
 

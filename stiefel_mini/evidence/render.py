@@ -100,7 +100,8 @@ def _verdict_cell(v: dict, other: str = "") -> str:
     arm's other configuration (:func:`stiefel_mini.evidence.cards.beside`)."""
     conf = v.get("confirmed", "")
     fresh = fresh_text(v) if conf in ("not confirmed", "not re-run", "too few fresh seeds") else ""
-    return (word_html(v["status"]) + ("" if v["status"] == "by construction" else f" {_E(v['short_phrase'])}")
+    said = v["short_phrase"].removeprefix(WORDS.get(v["status"], ("",))[0] + ": ")  # the word is shown just before
+    return (word_html(v["status"]) + ("" if v["status"] == "by construction" else f" {_E(said)}")
             + (f"; <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(fresh)}</span>" if fresh else "")
             + (f"<span class='verdict-beside'> ({_E(other)})</span>" if other else ""))
 
@@ -191,7 +192,8 @@ def box_html(vs: list[dict], chapter: str, prefix: str = "") -> str:
     items = "".join(
         f"<li data-claim='{_E(v['key'])}'><b>{_E(title(v))}</b> (paper: {_E(v['paper'])}). {word_html(v['status'])} "
         f"<span class='verdict-sentence'>{_E(v['sentence'])}</span>"
-        + (f" <span class='verdict-beside'>Beside it: {_E(other[v['key']])}.</span>" if v["key"] in other else "")
+        + (f" <span class='verdict-beside'>Its configuration and the arm's others: {_E(other[v['key']])}.</span>"
+           if v["key"] in other else "")
         + f"<details class='verdict-details'><summary>The test behind it</summary><p><b class='verdict-words'>"
         f"{_E(v['verdict'])}</b> (<span class='verdict-sure'>{_E(v['sure'])}</span>)."
         + (f" <span class='verdict-confirmation'>{_E(_cap(v['confirmation']['text']))}.</span>"

@@ -15,7 +15,7 @@ import math
 import re
 
 from stiefel_mini.evidence import compare
-from stiefel_mini.evidence.rule import LEANS, LEVEL, RESOLVED, SHOWN, UNDECIDABLE, decision, holds_zero, own_test
+from stiefel_mini.evidence.rule import LEANS, LEVEL, RESOLVED, SHOWN, UNDECIDABLE, decision, holds_zero, judged, own_test
 
 __all__ = ["number_text", "effect_text", "sure_text", "of_seeds", "n_text", "needed_text", "regime_of", "ARM_NAMES", "arm_name", "side_names", "plain_regime", "gist", "row_phrase", "change_text"]
 
@@ -298,11 +298,10 @@ def gist(r: dict, pv: float | None = None, seeds: bool = True) -> str:
     unit = r.get("unit", "")
     centre = r["mean"] if r["mean"] is not None else r["median"]
     lo, hi = r["ci"] if r["ci"] is not None else (centre, centre)
-    said = decision(r)
-    if said != RESOLVED:
+    if not judged(r)[1]:
         if pv is not None and lo is not None and not lo <= pv <= hi:
             return f"no gap like the paper's {_paper_amount(pv, unit)} {_UNITS.get(unit, ('', unit))[1]}"
-        return said
+        return decision(r)
     good, bad = _sides(r)
     what = r["label"].split(", ", 1)[1] if ", " in r["label"] else ""
     to = f" to reach {what.removeprefix('steps to ')}" if unit == "steps" and what.startswith("steps to ") else ""
