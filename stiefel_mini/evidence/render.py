@@ -22,7 +22,7 @@ from stiefel_mini.evidence.sentences import fresh_text
 from stiefel_mini.evidence.words import effect_text, number_text, plain_regime, sure_text
 
 __all__ = ["summary_html", "legend_html", "bottom_line_html", "scale_note_html", "ledger_html", "title",
-           "APPENDIX", "COMPARISONS", "SHORT_TITLES", "advice_html", "cards_html", "codes_html", "box_html", "details_html", "table_html", "word_html",
+           "APPENDIX", "COMPARISONS", "SHORT_TITLES", "advice_html", "cards_html", "cell_phrase", "codes_html", "box_html", "details_html", "table_html", "word_html",
            "ARM_CODES", "WORDS", "WORD_MEANINGS"]
 
 ARM_CODES = {
@@ -94,14 +94,19 @@ def title(v: dict, short: bool = False) -> str:
     return re.sub(r" \((?:A\d'?|QK-norm)\)", "", v["claim"])
 
 
+def cell_phrase(v: dict) -> str:
+    """The result in plain words as the intro's table shows it beside the verdict word: ``short_phrase``
+    without a head that repeats that word (``"not resolved: ..."`` after "? not resolved")."""
+    return v["short_phrase"].removeprefix(WORDS.get(v["status"], ("",))[0] + ": ")
+
+
 def _verdict_cell(v: dict, other: str = "") -> str:
     """The verdict word, the result in plain words, then what fresh seeds said, as its own clause (a
     "not confirmed" read beside "contradicted" once looked like a second verdict), then ``other``: the
     arm's other configuration (:func:`stiefel_mini.evidence.cards.beside`)."""
     conf = v.get("confirmed", "")
     fresh = fresh_text(v) if conf in ("not confirmed", "not re-run", "too few fresh seeds") else ""
-    said = v["short_phrase"].removeprefix(WORDS.get(v["status"], ("",))[0] + ": ")  # the word is shown just before
-    return (word_html(v["status"]) + ("" if v["status"] == "by construction" else f" {_E(said)}")
+    return (word_html(v["status"]) + ("" if v["status"] == "by construction" else f" {_E(cell_phrase(v))}")
             + (f"; <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(fresh)}</span>" if fresh else "")
             + (f"<span class='verdict-beside'> ({_E(other)})</span>" if other else ""))
 

@@ -85,7 +85,8 @@ def test_the_intro_first_screen_holds_the_bottom_line_and_the_cards_and_no_audit
         .map(tr => [tr.dataset.claim, tr.innerText.replace(/\\s+/g, ' ')]))""")
     assert set(rows) == set(verdicts)
     for key, text in rows.items():
-        assert verdicts[key]["status"] == "by construction" or verdicts[key]["short_phrase"] in text, (key, text)
+        assert verdicts[key]["status"] == "by construction" or evidence.render.cell_phrase(verdicts[key]) in text, (
+            key, text)
         said = "not confirmed" in text or "did not confirm" in text
         assert said == (verdicts[key]["confirmed"] == "not confirmed"), (key, text)
 
