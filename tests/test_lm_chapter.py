@@ -229,6 +229,8 @@ def test_round2_gives_each_declared_comparison_its_known_answer(results2):
                                    "QK-norm on 16 of 16 seeds")
     assert line["Three times the steps"].startswith("with the logit scale at AdamW's lr, 0.020 bits per byte ahead")
     rows = plain.advice([got["lm2_stiefel_adam"], got["lm2_stiefel_muon"]], root=results2.parent)
+    lead, *rows = rows  # the better Muon against the better AdamW first, then each Stiefel arm
+    assert lead["situation"].startswith("a small language model (GPT") and lead["try"].startswith("Muon:")
     assert [r["try"].split(":")[0].split(" on ")[0] for r in rows] == ["StiefelAdam", "StiefelMuon"]
     assert rows[1]["measured"].startswith("StiefelMuon with the logit scale at AdamW's lr, 0.010 bits per byte "
                                           "ahead of Muon on 16 of 16 seeds")
