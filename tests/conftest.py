@@ -84,7 +84,6 @@ NOT_QUICK = {
         "two gloo processes",
     "tests/test_ledger.py::test_committed_freezing_pairs_across_two_machines_are_flagged":
         "judges every committed result",
-    "tests/test_plots.py::test_the_forest_names_every_arm_and_shows_no_code": "judges every committed result",
     "tests/test_geometry.py::test_no_retraction_drifts_off_the_manifold_over_10000_uncapped_float32_steps":
         "10,000 steps per retraction (test_retractions_land_on_the_manifold checks each step in the quick tier)",
     "tests/test_optim.py::test_stays_on_the_manifold_for_10000_float32_steps": "10,000 optimizer steps",
