@@ -11,7 +11,6 @@ chapters' plotting code short and the figures readable at the width of the book'
 - :func:`attention_head_diagram` -- where the frames W_Q, W_K sit in one attention head.
 - :func:`step_pipeline_diagram` -- the stages of one StiefelAdam step on a frame.
 - :func:`responsive` -- a wide figure and its narrow variant; the page shows the one that fits.
-- :func:`forest` -- each claim's primary effect with its 95% interval beside the paper's number.
 - :func:`peer_curve_figure` -- grokking curves beside a reference's phases (the peer curve).
 - :func:`one_run_figure` -- the one-run-per-arm gaps and each run's endpoint below its best.
 - :func:`logit_growth_figure` -- the largest attention logit and the accuracy against each arm's lr.
@@ -22,8 +21,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 __all__ = ["panels", "legend_outside", "arm_colors", "attention_head_diagram", "step_pipeline_diagram", "responsive",
-           "NARROW_WIDTH_IN", "forest",
-           "FOREST_FONT_PT", "peer_curve_figure", "one_run_figure", "logit_growth_figure"]
+           "NARROW_WIDTH_IN", "peer_curve_figure", "one_run_figure", "logit_growth_figure"]
 
 COLUMN_WIDTH_IN = 6.8  # inches: the column of the book's pages shows a figure this wide at natural size
 
@@ -294,62 +292,6 @@ def responsive(wide: Any, narrow: Any, alt: str, breakpoint_px: int = 520):
     imgs = "".join(f'<img class="sm-{kind}" alt="{alt}" src="data:image/svg+xml;base64,{_svg(fig)}">'
                    for kind, fig in (("wide", wide), ("narrow", narrow)))
     return HTML(f'{style}<div class="sm-responsive">{imgs}</div>')
-
-
-FOREST_FONT_PT = 11.5
-"""The forest figure's font size: at its width (:data:`COLUMN_WIDTH_IN` less a little), shown at
-400 px it still renders text of about 10 px."""
-
-
-def forest(vs: Sequence[dict], width: float = 6.2):
-    """Each claim's primary effect with its 95% t interval, beside the paper's number, one panel a unit.
-
-    ``vs``: the verdicts of :func:`stiefel_mini.evidence.verdicts`. One row per primary comparison
-    with paired seeds (a family: one row per member): a dot at the mean and a bar over the 95% t
-    interval, arms by name, a diamond at the paper's value where the paper gives one (a claimed range, for
-    the step ratio: a band); the panels are points (pp), steps, and ratios (log scale). A censored row
-    without a mean is left out. Returns the figure.
-    """
-    import matplotlib.pyplot as plt
-
-    from stiefel_mini.evidence import claim as claim_of
-    from stiefel_mini.evidence.sentences import FIGURE_NAMES, figure_name
-
-    units: dict[str, list[tuple[str, dict, Any]]] = {"pp": [], "steps": [], "x": []}
-    for v in vs:
-        c = claim_of(v["key"])
-        for r in v["primary"]:
-            if not r["n"] or (not r.get("ratio") and r["mean"] is None):
-                continue
-            label = figure_name(c.short or c.claim)  # a family's rows: a ratio's regime, else the variant
-            if len(v["primary"]) > 1:
-                label += f": {r['label'].split(', ', 1)[-1]}" if r.get("ratio") else f": vs {FIGURE_NAMES[r['baseline']]}"
-            units["x" if r.get("ratio") else r["unit"]].append((label, r, c))
-    units = {u: rows for u, rows in units.items() if rows}
-    titles = {"pp": "difference, percentage points", "steps": "difference, steps", "x": "ratio (log scale)"}
-    with plt.rc_context({"font.size": FOREST_FONT_PT, "axes.labelsize": FOREST_FONT_PT,
-                         "xtick.labelsize": FOREST_FONT_PT - 1, "ytick.labelsize": FOREST_FONT_PT - 1}):
-        heights = [0.9 + 0.42 * len(rows) for rows in units.values()]
-        fig, axes = plt.subplots(len(units), 1, figsize=(width, sum(heights)), squeeze=False, layout="constrained",
-                                 gridspec_kw={"height_ratios": heights})
-        for ax, (unit, rows) in zip(axes[:, 0], units.items()):
-            ys = list(range(len(rows)))[::-1]
-            for y, (label, r, c) in zip(ys, rows):
-                mid = r["gmean"] if unit == "x" else r["mean"]
-                lo, hi = r["ci"] if r.get("ci") else (mid, mid)
-                ax.plot([lo, hi], [y, y], color="black", lw=2)
-                ax.plot([mid], [y], "o", color="black", ms=5)
-                if c.paper_range and unit == "x":
-                    ax.fill_betweenx([y - 0.3, y + 0.3], *c.paper_range, color="tab:red", alpha=0.25, lw=0)
-                elif c.paper_value is not None:
-                    ax.plot([c.paper_value], [y], "D", color="tab:red", ms=6)
-            ax.axvline(1.0 if unit == "x" else 0.0, color="grey", lw=0.8, ls="--")
-            if unit == "x":
-                ax.set_xscale("log")
-            ax.set_yticks(ys, [label for label, _, _ in rows])
-            ax.set_ylim(-0.7, len(rows) - 0.3)
-            ax.set_xlabel(titles[unit])
-    return fig
 
 
 def peer_curve_figure(runs: dict, phases: Sequence[tuple[str, int, int]], colors: dict[str, str],

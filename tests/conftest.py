@@ -67,7 +67,7 @@ NOT_QUICK = {
     "tests/test_evidence.py": "the evidence layer over every committed result",
     "tests/test_counterfactual.py": "the book's prose against copies of every committed result",
     "tests/test_lm_chapter.py": "executes the language-model chapter on an invented complete study",
-    "tests/test_plots.py::test_forest_has_a_panel_per_unit_and_a_row_per_primary": "judges every committed result",
+    "tests/test_forest.py": "judges every committed result",
     "tests/experiments/cifar/test_experiment.py::test_study_files_reproduce_their_repro_run": "re-runs stored runs",
     "tests/experiments/cifar/test_experiment.py::test_tiny_set_run_reproduces_the_profiled_run": "re-runs a stored run",
     "tests/experiments/grokking/test_experiment.py::test_reproduces_the_studies_results": "re-runs stored runs",
@@ -86,7 +86,6 @@ NOT_QUICK = {
         "two gloo processes",
     "tests/test_ledger.py::test_committed_freezing_pairs_across_two_machines_are_flagged":
         "judges every committed result",
-    "tests/test_plots.py::test_the_forest_names_every_arm_and_shows_no_code": "judges every committed result",
     "tests/test_geometry.py::test_no_retraction_drifts_off_the_manifold_over_10000_uncapped_float32_steps":
         "10,000 steps per retraction (test_retractions_land_on_the_manifold checks each step in the quick tier)",
     "tests/test_optim.py::test_stays_on_the_manifold_for_10000_float32_steps": "10,000 optimizer steps",

@@ -269,7 +269,7 @@ def test_intro_table_and_chapter_boxes_say_the_same(tmp_path):
             assert word in table and word in box, (chapter, v["key"])
             assert esc(v["verdict"]) in box and esc(v["sure"]) in box
             assert esc(v["sentence"]) in box
-            assert v["status"] == "by construction" or esc(v["short_phrase"]) in table
+            assert v["status"] == "by construction" or esc(evidence.render.cell_phrase(v)) in table
     with pytest.raises(ValueError, match="no claim"):
         evidence.box_html(vs, "retractions")
 
@@ -443,28 +443,78 @@ def test_the_readers_questions_are_shown_but_stay_out_of_the_papers_family():
         assert link is not None and len(link.get_text().split()) <= 5, link
 
 
-def test_the_intro_answer_names_the_language_model_and_muon_from_their_rows():
-    vs, qs = evidence.verdicts(), evidence.questions()
-    text = " ".join(evidence.plain.bottom_line(vs, questions=qs))
-    rows = {(r["arm"], r["baseline"]): r for r in qs[0]["primary"] + qs[0]["secondary"] if r.get("unit") == "bpb"}
-    muon, prim = rows[("muon", "adamw")], rows[("stiefel", "adamw")]
-    assert f"Muon was {abs(muon['mean']):.3f} bits per byte ahead of AdamW on {muon['wins']} of 8 seeds" in text
-    side = "ahead" if prim["wins"] > prim["losses"] else "behind"
-    assert f"StiefelAdam against AdamW, as declared: no clear difference: StiefelAdam {side} on " in text
-    assert "a language model on State of the Union addresses" in text and "256" in text
-    assert "for a small language model try Muon first" in text
+def test_the_cards_quote_each_stiefel_arm_at_its_best_and_the_cli_prints_them():
+    import subprocess
+    import sys
+
+    from stiefel_mini.evidence import cards
+
+    vs, qs = evidence.verdicts(), evidence.questions(untested=False)
+    got = {c["key"]: c for c in cards.cards(vs, qs)}
+    assert list(got) == ["cifar", "grokking", "language_model"]
+    lines = dict(got["language_model"]["lines"])
+    for c in cards.configurations(qs):
+        assert all(cards._rank(c["best"]) <= cards._rank(r) for r in c["weaker"]) and c["weaker"], c["arm"]
+        assert lines[c["arm"]] == cards.configuration_text(c)
+        assert lines[c["arm"]].startswith(f"with {cards.SETTINGS[c['best']['arm']]}, ")
+    for c in got.values():  # plain words on the intro's first screen: no p, no arm code
+        text = c["answer"] + " ".join(s for _, s in c["lines"])
+        assert "p = 0" not in text and " A1" not in text, text
     counted = evidence.plain.tally(vs)
     assert f"Of the paper's {len(vs)} claims" in counted and "none of" not in counted.lower()
+    out = subprocess.run([sys.executable, "-m", "stiefel_mini.evidence", "--cards"], capture_output=True, text=True,
+                         check=True, cwd=ROOT, timeout=600).stdout
+    for c in got.values():
+        assert f"## {c['task']}: {c['answer']}." in out
+        assert all(f"  {what}: {said}" in out for what, said in c["lines"])
     lm = next(a for a in evidence.plain.advice(vs + qs) if a["situation"].startswith("a small language model (GPT"))
-    assert lm["try"].startswith("Muon") and "not corrected" in lm["measured"]
+    lead = cards.family_lead(qs)
+    assert lm["try"].startswith(evidence.words.side_names(lead)[0]) and "not corrected" in lm["measured"]
 
 
-def test_the_intros_list_of_claims_is_the_verdicts_list():
+def test_every_row_the_book_shows_follows_the_rule_and_exchanges_with_its_arms():
+    """Every paired row of every verdict (primary, secondary, confirmation) on the committed results: an
+    interval that holds zero never reads as a direction or "contradicted", one that excludes zero never
+    as "no clear difference", and the row with its arms exchanged reads the opposite way."""
+    from stiefel_mini.evidence import rule, sentences
+    from stiefel_mini.evidence.words import gist, row_phrase
+
+    opposite = {"ahead": "behind", "behind": "ahead", "faster": "slower", "slower": "faster",
+                "fewer falls": "more falls", "more falls": "fewer falls", "better": "worse", "worse": "better"}
+    seen = 0
+    for v in evidence.verdicts() + evidence.questions():
+        rows = v["primary"] + v["secondary"] + ((v["confirmation"] or {}).get("rows") or [])
+        if rule.holds_zero(v["primary"][0]) if v["primary"] and not v["primary"][0].get("ratio") else False:
+            assert v["status"] in ("not resolved", "not tested yet"), (v["key"], v["verdict"])
+        for r in rows:
+            if not r["n"] or r.get("ratio") or r["label"].startswith("("):
+                continue
+            seen += 1
+            phrase, said = row_phrase(r), rule.decision(r)
+            if rule.holds_zero(r):
+                assert said != rule.RESOLVED and "whose 95% interval holds zero" in phrase, phrase
+            elif r["mean"] is not None:
+                assert not phrase.startswith("no clear difference") and gist(r) != "no clear difference", phrase
+            x = sentences.flip(r)
+            assert rule.decision(x) == said
+            if said == rule.RESOLVED:
+                b, a = evidence.words.side_names(r)
+                word = next(w for w in opposite if f"{b} {w}" in phrase)
+                assert f"{a} {opposite[word]}" in row_phrase(x), (phrase, row_phrase(x))
+    assert seen > 50
+
+
+def test_the_intros_list_of_claims_is_the_verdicts_list_numbered_by_the_evidence_layer():
     import re
 
     nb = nbformat.read(ROOT / "book" / "intro.ipynb", 4)
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    listed = re.findall(r"^(\d+)\. \*\*", text.split("## The claims this book will test")[1].split("## ")[0], re.M)
-    assert [int(i) for i in listed] == list(range(1, len(evidence.CLAIMS) + 1))
-    words = {9: "nine"}
-    assert f"Which of the {words[len(evidence.CLAIMS)]} claims" in text
+    cell = next(c.source for c in nb.cells if c.cell_type == "code" and "CLAIM_TEXT = {" in c.source)
+    keys = re.findall(r'^    "(\w+)": ', cell.split("CLAIM_TEXT = {")[1].split("\n}")[0], re.M)
+    assert keys == [c.key for c in evidence.CLAIMS]
+    assert "evidence.claim_number(key)" in cell and [evidence.claim_number(k) for k in keys] == list(
+        range(1, len(keys) + 1))
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    typed = re.findall(r"\b(?:nine|eight|ten) claims\b|\b[Cc]laims? \d\b|^\d+\. \*\*", markdown, re.M)
+    assert not typed, f"claim numbers and counts typed in the intro's markdown: {typed}"
+    with pytest.raises(ValueError, match="not one of the paper's claims"):
+        evidence.claim_number("lm_gain")

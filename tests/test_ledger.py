@@ -87,7 +87,9 @@ def test_only_runs_after_the_declaration_on_unchosen_seeds_confirm(tmp_path):
 def test_a_ratio_family_with_an_unrun_regime_waits_for_it(tmp_path):
     # the step ratio's family: fresh seeds for the best-lr regime only, none of the shared-lr study
     write_ledger(tmp_path, {"7123eb2" + "0" * 33: "2026-12-02T14:05:00+00:00"})
-    _fitted(tmp_path, {s: "2026-12-02T20:00:00+00:00" for s in range(2, 6)})
+    # the sweep seeds 0-1 ran before the declaration, seeds 2-5 after
+    _fitted(tmp_path, {**{s: "2026-12-01T20:00:00+00:00" for s in range(2)},
+                       **{s: "2026-12-02T20:00:00+00:00" for s in range(2, 6)}})
     conf = {v["key"]: v for v in evidence.verdicts(tmp_path)}["step_ratio"]["confirmation"]
     assert conf["status"] == "pending" and conf["seeds"] == [2, 3, 4, 5]
     assert ", as the primary; no fresh run yet for both at lr 1e-3: confirmation pending" in conf["text"]
@@ -102,22 +104,40 @@ def test_a_ratio_family_with_an_unrun_regime_waits_for_it(tmp_path):
     assert conf["status"] == "confirmed", conf["text"]
     assert "confirmed on fresh paired seeds 6, 7, 8 (both at lr 1e-3); 2, 3, 4, 5 (each at its best lr) alone" in \
         conf["text"]
-    assert v["sure"] == "both at lr 1e-3: 95% t interval, 3 seeds; each at its best lr: 95% t interval, 4 seeds"
+    assert v["sure"] == "both at lr 1e-3: 95% t interval, 3 seeds; each at its best lr: 95% t interval, 6 seeds"
 
 
 def test_a_family_with_unrun_comparisons_waits_for_them(tmp_path):
     # the mechanism's family: fresh seeds for one ingredient (no projection), none for the other five
     write_ledger(tmp_path, {"ceb61dd" + "0" * 33: T0})
     runs = []
-    for s in range(2, 8):
-        runs += [{**cifar_run("A1", s, 0.6 + 0.001 * s, frame_lr=1.0), "started_utc": "2026-12-02T02:00:00+00:00"},
-                 {**cifar_run("stiefel_noproj", s, 0.6, frame_lr=1.0), "started_utc": "2026-12-02T02:00:00+00:00"}]
+    for s in range(8):  # seeds 0-1, the sweep's, before the declaration; 2-7 after it
+        t = "2026-12-01T02:00:00+00:00" if s < 2 else "2026-12-02T02:00:00+00:00"
+        runs += [{**cifar_run("A1", s, 0.6 + 0.001 * s, frame_lr=1.0), "started_utc": t},
+                 {**cifar_run("stiefel_noproj", s, 0.6, frame_lr=1.0), "started_utc": t}]
     write(tmp_path, "cifar/r3_mechanism.json", runs, SETTINGS)
     conf = {v["key"]: v for v in evidence.verdicts(tmp_path)}["mechanism"]["confirmation"]
     assert [r["n"] for r in conf["rows"]] == [0, 0, 0, 6, 0, 0] and conf["status"] == "pending"
     assert conf["text"].endswith("; no fresh run yet for A1 − A7, A1 − column moment, A1 − canonical projector, "
                                  "A1 − no trust cap, A1 − A5: confirmation pending")
     assert "confirmed on" not in conf["text"]
+    # both arms counted; seed 2 is one the polar variant's frame lr was chosen on
+    assert conf["runs"] == {"after": 10, "before": 4, "on_chosen_seeds": 2}
+
+
+def test_a_primary_declared_before_all_its_runs_has_nothing_earlier_to_confirm(tmp_path):
+    write_ledger(tmp_path, {"ceb61dd" + "0" * 33: T0})
+    _fitted(tmp_path, {s: "2026-12-02T20:00:00+00:00" for s in range(2, 10)})
+    v = {v["key"]: v for v in evidence.verdicts(tmp_path)}["cifar_gain"]
+    conf = v["confirmation"]
+    assert v["status"] == "smaller effect" and conf["status"] == "declared before its runs", conf["text"]
+    assert "confirmed" not in conf["text"] and "before any run of its arms" in conf["text"]
+    assert v["confirmed"] == "declared before its runs" and v["sentence"].endswith("; declared before its runs.")
+    assert conf["phases"] == {"": {"after": 16, "before": 0, "on_chosen_seeds": 0}}
+    # one earlier run of either arm, and the same fresh seeds confirm it
+    _fitted(tmp_path, {0: "2026-12-01T20:00:00+00:00", **{s: "2026-12-02T20:00:00+00:00" for s in range(2, 10)}})
+    v = {v["key"]: v for v in evidence.verdicts(tmp_path)}["cifar_gain"]
+    assert v["confirmation"]["status"] == "confirmed" and v["sentence"].endswith("; confirmed on 8 fresh seeds.")
 
 
 def test_pairs_on_two_machines_are_counted(tmp_path):

@@ -51,22 +51,6 @@ def test_step_pipeline_has_the_five_stages_in_order_and_the_geometric_ones_fille
     plt.close(fig)
 
 
-def test_forest_has_a_panel_per_unit_and_a_row_per_primary():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from stiefel_mini import evidence, plots
-
-    vs = evidence.verdicts()
-    fig = plots.forest(vs)
-    units = {("x" if r.get("ratio") else r["unit"]) for v in vs for r in v["primary"]
-             if r["n"] and (r.get("ratio") or r["mean"] is not None)}
-    assert len(fig.axes) == len(units)
-    rows = sum(1 for v in vs for r in v["primary"] if r["n"] and (r.get("ratio") or r["mean"] is not None))
-    assert sum(len(ax.get_yticks()) for ax in fig.axes) == rows
-    # legible at 400 px: the font, scaled from the figure's width to 400 px, stays >= 9 px
-    assert plots.FOREST_FONT_PT * 96 / 72 * 400 / (fig.get_figwidth() * 96) >= 9.0
-
 def _hist(shift):
     steps = [0, 500, 1000, 5000, 12000, 20000]
     return {"history": {"step": steps, "train_acc": [0, 0.5, 1, 1, 1, 1], "val_acc": [0, 0, 0, 0.2, 0.96 - shift, 1],
@@ -196,17 +180,3 @@ def test_logit_growth_figure_draws_each_arms_seed_means_against_its_own_lr(narro
     with pytest.raises(ValueError, match="no lr curve for arms"):
         plots.logit_growth_figure(curves, {"A5": "frozen"})
     plt.close("all")
-
-
-def test_the_forest_names_every_arm_and_shows_no_code():
-    import re
-
-    import matplotlib.pyplot as plt
-
-    from stiefel_mini import evidence, plots
-
-    fig = plots.forest(evidence.verdicts())
-    labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
-    plt.close(fig)
-    assert labels and not [lab for lab in labels if re.search(r"\bA\d\b|stiefel_|_learned", lab)], labels
-    assert any("vs element-wise moment" in lab for lab in labels) and any("StiefelAdam − AdamW" in lab for lab in labels)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stiefel_mini.evidence import compare, sentences, words
+from stiefel_mini.evidence import compare, sentences, verdict as verdicts, words
 from stiefel_mini.evidence.claims import Claim
 
 
@@ -26,7 +26,7 @@ def claim(kind="size", paper_value=None, **kw):
 
 
 def verdict(c, r, confirmation=None):
-    status, text = words.family_status(c, [r])
+    status, text = verdicts.family_status(c, [r])
     return {"status": status, "verdict": text, "primary": [r], "confirmation": confirmation}
 
 
@@ -97,17 +97,17 @@ def test_fresh_seeds_that_do_not_hold_make_the_headline_not_confirmed():
     assert sentences.confirmed_word(v) == "not re-run"
     v["confirmation"] = {"status": "confirmed", "rows": [fresh], "text": "..."}
     assert sentences.confirmed_word(v) == "confirmed" and sentences.sentence(c, v).endswith("; confirmed on 6 fresh seeds.")
-    # A comparison declared before any of its runs: its fresh seeds are its own, not a second test.
+    # A comparison declared before any of its runs: nothing earlier to confirm, whatever its verdict.
     own = row(SLOWER)
-    v = verdict(c, own, {"status": "confirmed", "rows": [own], "text": "..."})
-    assert sentences.sentence(c, v).endswith("; every seed ran after the comparison was declared.")
-    v["confirmation"]["rows"] = [{**own, "n": 4, "seeds": own["seeds"][-4:]}]
-    assert sentences.sentence(c, v).endswith("; confirmed on 4 fresh seeds.")
+    v = verdict(c, own, {"status": "declared before its runs", "rows": [own], "text": "..."})
+    assert sentences.confirmed_word(v) == "declared before its runs"
+    assert sentences.sentence(c, v).endswith("; declared before its runs.") and "confirmed on" not in sentences.sentence(c, v)
+    level = verdict(c, row([1.0, -1.0] * 4), {"status": "declared before its runs", "rows": [], "text": "..."})
+    assert level["status"] == "not resolved" and sentences.sentence(c, level).endswith("; declared before its runs.")
     # ... but for a baseline whose runs were made before it (round 3 against round 2's runs).
     fixed = {**own, "baseline_files": ["lm/round2.json"]}
-    v = verdict(c, fixed, {"status": "confirmed", "rows": [fixed], "text": "..."})
-    assert sentences.sentence(c, v).endswith(
-        "; every StiefelAdam run started after the comparison was declared, against AdamW's earlier runs.")
+    v = verdict(c, fixed, {"status": "declared before its runs", "rows": [fixed], "text": "..."})
+    assert sentences.sentence(c, v).endswith("; declared before its runs, against AdamW's earlier runs.")
     open_ = verdict(c, row([1.0, -1.0, 2.0]))
     open_["confirmation"] = {"status": "pending", "rows": [], "text": ""}
     assert sentences.confirmed_word(open_) == ""  # nothing resolved, nothing to confirm
@@ -133,20 +133,6 @@ def test_a_row_with_fewer_seeds_than_planned_says_how_many_are_planned():
     assert "on 3 of 3 seeds (16 planned)" in words.row_phrase(few)
     r["planned"] = 6  # every planned seed has run: nothing to add
     assert "planned" not in sentences.phrase(c, verdict(c, r)) + words.gist(r) + words.sure_text(r, 1)
-
-
-def test_the_intros_summary_of_the_adamw_claims_says_how_many_seeds_are_planned():
-    from stiefel_mini.evidence import plain
-
-    r = row([2.0, 3.0, 2.5, 1.5, 2.2, 2.8], arm="A1", baseline="A0", label="A1 − A0, test accuracy", unit="pp",
-            higher_is_better=True)
-    fresh = row([-1.0, 0.5, -0.5, 0.2], arm="A1", baseline="A0", label="A1 − A0, test accuracy", unit="pp",
-                higher_is_better=True)
-    v = {"key": "cifar_gain", "chapter": "cifar", "primary": [r], "status": "smaller effect",
-         "confirmation": {"status": "not confirmed", "rows": [fresh], "text": ""}, "confirmed": "not confirmed"}
-    assert r["resolved"] and "on 6 of 6 seeds (4 fresh seeds did not confirm it)" in plain._against_adamw([v])
-    r["planned"] = 12  # a reading on the way says the seeds its comparison declares
-    assert "on 6 of 6 seeds (12 planned; 4 fresh seeds did not confirm it)" in plain._against_adamw([v])
 
 
 @pytest.mark.parametrize("gmean, want", [(48.0, "48x smaller"), (0.25, "4x larger")])
@@ -216,12 +202,13 @@ def test_no_direction_word_on_a_mean_whose_interval_holds_zero():
     text = words.row_phrase(r)
     assert text == ("no clear difference: StiefelAdam behind AdamW on 5 of 8 seeds, a mean gap of -0.5 points of "
                     "final validation accuracy whose 95% interval holds zero")
-    # resolved by the sign test, but the t interval of the mean holds zero: the side, not the size, is said
+    # passed by the sign test, but the t interval of the mean holds zero: not resolved (the decision rule),
+    # its p and its interval both said
     slow = row([600.0] * 12 + [-2500.0, -2600.0])
     assert slow["resolved"] and slow["ci"][0] < 0 < slow["ci"][1]
-    assert words.row_phrase(slow) == ("StiefelAdam slower than AdamW to reach 95% validation on 12 of 14 seeds, "
-                                      "a mean gap of +150 steps whose 95% interval holds zero")
-    assert words.gist(slow) == "slower to reach 95% validation on 12 of 14 seeds"
+    assert words.row_phrase(slow) == ("not resolved: StiefelAdam slower than AdamW to reach 95% validation on 12 of "
+                                      "14 seeds (p = 0.013), a mean gap of +150 steps whose 95% interval holds zero")
+    assert words.gist(slow) == "not resolved"
 
 
 @pytest.mark.parametrize("diffs, unit, label, more, less, want", [

@@ -1,7 +1,10 @@
-"""``python -m stiefel_mini.evidence [--json] [--files] [--root DIR] [--write-ledger]``: the verdicts and their comparisons.
+"""``python -m stiefel_mini.evidence [--json] [--cards] [--files] [--ledger] [--root DIR] [--write-ledger]``: the
+verdicts and their comparisons.
 
-Without ``--json``: per claim, the verdict, how sure, the declared primary comparison(s), the
-confirmation seeds and the secondary comparisons, as text. With ``--json``: a list with one object
+Without ``--json``: the answer per task (the decision cards of the book's introduction,
+:mod:`stiefel_mini.evidence.cards`), then per claim the verdict, how sure, the declared primary
+comparison(s), the confirmation seeds and the secondary comparisons, as text; ``--cards``: the cards
+only. With ``--json``: a list with one object
 per claim (``key``, ``claim``, ``paper``, ``verdict``, ``status``, ``sure``, ``chapter``,
 ``primary`` rows with ``p`` and ``p_holm``, ...). ``--files``: what each experiment's results file
 holds (its runs, and each arm's seeds), the counts the results READMEs leave to this command. ``--root`` reads ``DIR/results/`` instead of the
@@ -14,7 +17,7 @@ import argparse
 import json
 import sys
 
-from stiefel_mini.evidence import ledger
+from stiefel_mini.evidence import cards, ledger
 from stiefel_mini.evidence.judge import as_data, questions, verdicts
 from stiefel_mini.evidence.words import effect_text, sure_text
 
@@ -56,12 +59,19 @@ def holdings(root: str | None = None) -> dict[str, dict]:
     return out
 
 
+def cards_text(vs: list[dict], qs: list[dict]) -> str:
+    """The decision cards (:func:`stiefel_mini.evidence.cards.cards`) as text, one block per task."""
+    return "\n".join(f"\n## {c['task']}: {c['answer']}.\n" + "\n".join(f"  {what}: {said}" for what, said in c["lines"])
+                     + f"\n  measured: {c['scale']}" for c in cards.cards(vs, qs))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m stiefel_mini.evidence", description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     ap.add_argument("--root", default=None, help="a folder holding results/ (default: the committed files)")
     ap.add_argument("--ledger", action="store_true", help="print only the confirmation ledger, one block per claim")
     ap.add_argument("--files", action="store_true", help="print what each experiment's results file holds")
+    ap.add_argument("--cards", action="store_true", help="print only the answer per task (the intro's cards)")
     ap.add_argument("--write-ledger", action="store_true", help="rewrite results/ledger.json from git first")
     args = ap.parse_args(argv)
     if args.write_ledger:
@@ -71,7 +81,12 @@ def main(argv: list[str] | None = None) -> None:
             arms = "; ".join(f"{a} seeds {_seeds(s)}" for a, s in h["arms"].items())
             print(f"{name}: {h['runs']} runs; {arms}")
         return
-    vs = verdicts(args.root) + questions(args.root)
+    paper, qs = verdicts(args.root), questions(args.root)
+    vs = paper + qs
+    if args.cards or not (args.json or args.ledger):
+        print(cards_text(paper, [q for q in qs if q["status"] != "not tested yet"]))
+        if args.cards:
+            return
     if args.json:
         json.dump(as_data(vs), sys.stdout, indent=1)
         print()
@@ -81,11 +96,12 @@ def main(argv: list[str] | None = None) -> None:
             conf = v["confirmation"]
             if conf["status"] == "by construction":
                 continue
-            counts = conf.get("runs") or {}
-            print(f"\n## {v['claim']}\n  declared: {conf['commit'] or 'not yet'} at {conf['time'] or '-'}"
-                  f"\n  runs of its arms: {counts.get('after', 0)} started after it on unchosen seeds, "
-                  f"{counts.get('before', 0)} before it, {counts.get('on_chosen_seeds', 0)} after it on seeds a "
-                  f"choice was made on\n  {conf['status']}: {conf['text']}")
+            print(f"\n## {v['claim']}\n  declared: {conf['commit'] or 'not yet'} at {conf['time'] or '-'}")
+            for phase, n in (conf.get("phases") or {"": {}}).items():
+                print(f"  runs of both its arms{f' ({phase} phase)' if phase else ''}: {n.get('after', 0)} started "
+                      f"after it on unchosen seeds, {n.get('before', 0)} before it, {n.get('on_chosen_seeds', 0)} "
+                      "after it on seeds a choice was made on")
+            print(f"  {conf['status']}: {conf['text']}")
             for r in conf["rows"]:
                 if r["n"]:
                     print(_line(r, len(conf["rows"])))

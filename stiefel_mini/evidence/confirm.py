@@ -2,7 +2,9 @@
 
 A primary declared after its data had been seen is confirmed only by runs that started after the
 commit that declared it (its time from the ledger, :mod:`stiefel_mini.evidence.ledger`), on seeds no
-choice was made on (:func:`stiefel_mini.evidence.measure.confirming`), tested on those runs alone.
+choice was made on (:func:`stiefel_mini.evidence.measure.confirming`), tested on those runs alone. A
+primary declared before any run of its arms (but for a baseline's runs made before it by design) has
+nothing earlier to confirm: its status is :data:`DECLARED_FIRST`, and its own verdict is the test.
 """
 
 from __future__ import annotations
@@ -13,9 +15,16 @@ from typing import Any
 from stiefel_mini.evidence import compare, ledger
 from stiefel_mini.evidence.claims import Claim, Comparison
 from stiefel_mini.evidence.measure import compute, pooled, confirming
-from stiefel_mini.evidence.words import family_status, needed_text, regime_of
+from stiefel_mini.evidence.verdict import family_status
+from stiefel_mini.evidence.words import needed_text, regime_of
 
-__all__ = ["confirmation"]
+__all__ = ["DECLARED_FIRST", "STATUSES", "confirmation"]
+
+DECLARED_FIRST = "declared before its runs"
+"""The status of a primary declared before any run of its arms: fresh seeds cannot confirm what no
+earlier run suggested."""
+STATUSES = ("confirmed", "not confirmed", "pending", DECLARED_FIRST, "by construction")
+"""Every status a confirmation can have."""
 
 
 def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Path | None = None) -> dict:
@@ -29,7 +38,11 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
     says what n it would need) or no such run exists. Returns ``{"status",
     "text", "commit", "time", "rows", "seeds", "two_machines", "runs"}``, ``runs`` counting
     the runs of the family's arms that started after the declaration on unchosen seeds (``after``),
-    that did not (``before``), and that started after it on a seed a choice was made on.
+    that did not (``before``), and that started after it on a seed a choice was made on, runs of both
+    arms (a family side counted as the arm it stands for), and ``phases`` the same counts per phase of
+    the study (``{"paired": {...}, "sweep": {...}}``; one phase ``""`` for a study without phases). A
+    primary none of whose own runs (those outside its ``baseline_files``) started before its declaration
+    gets the status :data:`DECLARED_FIRST` whatever the verdict: its fresh seeds are its own.
     """
     rows_all = [compute(comp, root) for comp in family]
     k = sum(len(r.get("two_machines", [])) for r in rows_all)
@@ -46,16 +59,20 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
                                           "confirmation pending")
         return out
     out["time"] = when.isoformat()
-    arms = {x for comp in family for x in (comp.a, comp.b)}
-    pool = {(r["arm"], r["seed"], r.get("lr"), r.get("frame_lr"), r.get("train_fraction"), r.get("weight_decay"),
-             r.get("git_commit")): r for comp in family for r in pooled(comp.files, root)[0]
-            if r["arm"] in arms}.values()
+    picked = {k: v for r in rows_all for k, v in (r.get("picked") or {}).items()}
+    arms = {picked.get(x, x) for comp in family for x in (comp.a, comp.b)}
+    files = list(dict.fromkeys(f for comp in family for f in comp.files))
+    pool = [r for f in files for r in pooled((f,), root)[0] if r["arm"] in arms]  # each file read once
     chosen = set().union(*(comp.chosen_on for comp in family))
-    out["runs"] = {"after": sum(r["_start"] is not None and r["_start"] > when and r["seed"] not in chosen
-                                for r in pool),
-                   "before": sum(r["_start"] is None or r["_start"] <= when for r in pool),
-                   "on_chosen_seeds": sum(r["_start"] is not None and r["_start"] > when and r["seed"] in chosen
-                                          for r in pool)}
+    out["phases"] = {}
+    for r in pool:
+        n = out["phases"].setdefault(r.get("phase") or "", {"after": 0, "before": 0, "on_chosen_seeds": 0})
+        later = r["_start"] is not None and r["_start"] > when
+        n["before" if not later else "on_chosen_seeds" if r["seed"] in chosen else "after"] += 1
+    out["runs"] = {k: sum(n[k] for n in out["phases"].values()) for k in ("after", "before", "on_chosen_seeds")}
+    fixed = {f for comp in family for f in comp.baseline_files}
+    own = [r for r in pool if r["_file"] not in fixed]
+    first = bool(own) and all(r["_start"] is not None and r["_start"] > when for r in own)
     rows = [compute(comp, root, keep=confirming(comp, when)) for comp in family]
     compare.correct([r for r in rows if not r["ratio"]])
     out["rows"] = rows
@@ -66,6 +83,11 @@ def confirmation(c: Claim, family: tuple[Comparison, ...], status: str, root: Pa
                                           "never used for a choice: confirmation pending")
         return out
     fresh, words = family_status(c, rows)
+    if first:
+        besides = (f"; its baseline's runs ({', '.join(sorted(fixed))}) were made before it by design" if fixed else "")
+        out.update(status=DECLARED_FIRST, text=f"{day}, before any run of its arms{besides}: nothing earlier to "
+                                               f"confirm, its verdict is itself the test ({words})")
+        return out
     best = max(rows, key=lambda r: r["n"])
     seed_sets = {tuple(r["seeds"]) for r in rows if r["n"]}
     runs_text = (f"{best['n']} fresh paired seed{'' if best['n'] == 1 else 's'} ({', '.join(map(str, best['seeds']))})"

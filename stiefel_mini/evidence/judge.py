@@ -5,7 +5,7 @@ confirmation, and the correction across claims.
 (:func:`stiefel_mini.evidence.measure.compute`), corrects it (Holm with Tarone's rule), words its
 verdict (:mod:`stiefel_mini.evidence.words`) and adds its confirmation
 (:mod:`stiefel_mini.evidence.confirm`); :func:`verdicts` does so for every claim, :func:`across_claims`
-corrects the claims' primaries together.
+corrects the claims' primaries together; :func:`claim_number` is a claim's number as the book lists them.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from stiefel_mini.evidence.claims import CLAIMS, LM2_CLAIMS, LM_CLAIMS, Claim, C
 from stiefel_mini.evidence.confirm import confirmation
 from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.sentences import confirmed_word, phrase, sentence
-from stiefel_mini.evidence.words import family_status, regime_of, regime_statuses, sure_text
+from stiefel_mini.evidence.verdict import family_status, regime_statuses
+from stiefel_mini.evidence.words import regime_of, sure_text
 from stiefel_mini.experiments.stats import holm_tarone
 
-__all__ = ["evaluate", "verdicts", "questions", "across_claims", "as_data"]
+__all__ = ["evaluate", "verdicts", "questions", "across_claims", "as_data", "claim_number"]
 
 
 def evaluate(c: Claim, root: str | Path | None = None) -> dict:
@@ -97,7 +98,10 @@ def across_claims(vs: list[dict], alpha: float = compare.ALPHA) -> dict:
 
     A claim's primary p is its family's: the smallest Holm p of the rows that can reach ``alpha``
     (a family of one: its p), or, when none can, its smallest p (then the claim cannot reach it
-    either). Returns ``{"claims": [{"key", "p", "p_holm", "resolved"}], "family", "n_testable", "text"}``.
+    either). A claim stays resolved when its corrected p reaches ``alpha`` and its own verdict is
+    resolved too (the decision rule, :mod:`stiefel_mini.evidence.rule`: a primary whose interval holds
+    zero is not, whatever its p). Returns ``{"claims": [{"key", "p", "p_holm", "resolved"}], "family",
+    "n_testable", "text"}``.
     """
     items = []
     for v in vs:
@@ -107,18 +111,31 @@ def across_claims(vs: list[dict], alpha: float = compare.ALPHA) -> dict:
         testable = [r for r in rows if r.get("testable") and r.get("p_holm") is not None]
         best = min(testable, key=lambda r: r["p_holm"]) if testable else min(rows, key=lambda r: r["p"])
         p = best["p_holm"] if testable else best["p"]
-        items.append({"key": v["key"], "claim": v["claim"], "p": p, "p_min": best["p_min"]})
+        items.append({"key": v["key"], "claim": v["claim"], "p": p, "p_min": best["p_min"],
+                      "open": v["status"] in ("not resolved", "not tested yet")})
     res = holm_tarone([i["p"] for i in items], [i["p_min"] for i in items], alpha)
     for i, t, adj, rej in zip(items, res["testable"], res["adjusted"], res["reject"]):
-        i.update(testable=bool(t), p_holm=adj, resolved=bool(rej))
+        i.update(testable=bool(t), p_holm=adj, resolved=bool(rej) and not i.pop("open"))
     k = sum(i["testable"] for i in items)
     held = [i for i in items if i["resolved"]]
     text = (f"Across the {len(items)} claims with a tested primary, Holm's correction over the {k} whose primary "
             f"can reach p = {alpha:g}: " + ("; ".join(f"{i['claim']}: p = {i['p']:.2g} → {i['p_holm']:.2g}"
-                                                      + (", resolved" if i["resolved"] else "")
+                                                      + (", resolved" if i["resolved"] else
+                                                         ", its interval holding zero" if i["p_holm"] <= alpha
+                                                         else "")
                                                       for i in items if i["testable"]) or "none")
             + f". In all, {len(held)} of {k} stay resolved at {alpha:g}.")
     return {"claims": items, "family": len(items), "n_testable": k, "text": text}
+
+
+def claim_number(key: str) -> int:
+    """The number of the paper's claim ``key`` as the book lists them: its place in :data:`CLAIMS`, from 1
+    (the order of the paper's abstract). ``ValueError`` for a key that is not one of the paper's claims
+    (the reader's questions are not numbered)."""
+    keys = [c.key for c in CLAIMS]
+    if key not in keys:
+        raise ValueError(f"{key!r} is not one of the paper's claims; they are {keys}")
+    return keys.index(key) + 1
 
 
 def verdicts(root: str | Path | None = None) -> list[dict]:

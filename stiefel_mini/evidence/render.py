@@ -16,12 +16,13 @@ import html
 import re
 from typing import Iterable
 
+from stiefel_mini.evidence.cards import beside
 from stiefel_mini.evidence.plain import bottom_line, scale, tally
 from stiefel_mini.evidence.sentences import fresh_text
 from stiefel_mini.evidence.words import effect_text, number_text, plain_regime, sure_text
 
 __all__ = ["summary_html", "legend_html", "bottom_line_html", "scale_note_html", "ledger_html", "title",
-           "APPENDIX", "SHORT_TITLES", "advice_html", "codes_html", "box_html", "details_html", "table_html", "word_html",
+           "APPENDIX", "COMPARISONS", "SHORT_TITLES", "advice_html", "cards_html", "cell_phrase", "codes_html", "box_html", "details_html", "table_html", "word_html",
            "ARM_CODES", "WORDS", "WORD_MEANINGS"]
 
 ARM_CODES = {
@@ -34,7 +35,9 @@ ARM_CODES = {
 _E = html.escape
 
 APPENDIX = "how_we_test.html"
-"""The appendix page every verdict box links to (relative to a chapter's page)."""
+"""The appendix page every verdict box links to for how a claim is tested (relative to a chapter's page)."""
+COMPARISONS = "appendix_comparisons.html"
+"""The appendix page with every comparison and the confirmation ledger, which every verdict box links to."""
 
 
 WORDS: dict[str, tuple[str, str, str]] = {
@@ -75,8 +78,8 @@ SHORT_TITLES = {
     "optimizer": "Update rule", "cifar_gain": "CIFAR-10 gain", "cifar_widens": "Gain vs data",
     "grokking_endpoint": "Grokking endpoint", "grokking_sooner": "Groks sooner", "weight_decay": "Weight decay",
     "step_ratio": "Q/K step size", "freezing": "Freezing cost", "mechanism": "Why it gains",
-    "lm_gain": "Language model", "lm2_stiefel_adam": "Language model, better AdamW",
-    "lm2_stiefel_muon": "Language model, manifold Muon", "lm2_long": "Language model, 3x the steps",
+    "lm_gain": "Language model, first study", "lm2_stiefel_adam": "Language model, StiefelAdam",
+    "lm2_stiefel_muon": "Language model, StiefelMuon", "lm2_long": "Language model, 3x the steps",
     "lm3_scale": "Language model, own scale lr",
 }
 """The intro's table names each claim in a few words, its full title on hover (a claim not listed: its
@@ -91,13 +94,21 @@ def title(v: dict, short: bool = False) -> str:
     return re.sub(r" \((?:A\d'?|QK-norm)\)", "", v["claim"])
 
 
-def _verdict_cell(v: dict) -> str:
+def cell_phrase(v: dict) -> str:
+    """The result in plain words as the intro's table shows it beside the verdict word: ``short_phrase``
+    without a head that repeats that word (``"not resolved: ..."`` after "? not resolved")."""
+    return v["short_phrase"].removeprefix(WORDS.get(v["status"], ("",))[0] + ": ")
+
+
+def _verdict_cell(v: dict, other: str = "") -> str:
     """The verdict word, the result in plain words, then what fresh seeds said, as its own clause (a
-    "not confirmed" read beside "contradicted" once looked like a second verdict)."""
+    "not confirmed" read beside "contradicted" once looked like a second verdict), then ``other``: the
+    arm's other configuration (:func:`stiefel_mini.evidence.cards.beside`)."""
     conf = v.get("confirmed", "")
     fresh = fresh_text(v) if conf in ("not confirmed", "not re-run", "too few fresh seeds") else ""
-    return (word_html(v["status"]) + ("" if v["status"] == "by construction" else f" {_E(v['short_phrase'])}")
-            + (f"; <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(fresh)}</span>" if fresh else ""))
+    return (word_html(v["status"]) + ("" if v["status"] == "by construction" else f" {_E(cell_phrase(v))}")
+            + (f"; <span class='verdict-confirmed' data-confirmed='{_E(conf)}'>{_E(fresh)}</span>" if fresh else "")
+            + (f"<span class='verdict-beside'> ({_E(other)})</span>" if other else ""))
 
 
 def summary_html(vs: list[dict], prefix: str = "") -> str:
@@ -106,12 +117,15 @@ def summary_html(vs: list[dict], prefix: str = "") -> str:
     where they did not confirm it (:func:`~stiefel_mini.evidence.sentences.fresh_text`).
 
     One short row per claim; the full verdict and how sure it is are in the chapter's box
-    (:func:`box_html`) and in the appendix, from the same verdict dicts.
+    (:func:`box_html`) and in the appendix, from the same verdict dicts. A question that tests one
+    configuration of a Stiefel arm has the arm's other configuration beside it
+    (:func:`stiefel_mini.evidence.cards.beside`).
     """
+    other = beside(vs)
     body = "".join(
         f"<tr data-claim='{_E(v['key'])}'><td data-label='claim'>{_claim_link(v, prefix)}</td>"
         f"<td data-label='paper'>{_E(v['paper'])}</td>"
-        f"<td data-label='this book found'>{_verdict_cell(v)}</td></tr>" for v in vs)
+        f"<td data-label='this book found'>{_verdict_cell(v, other.get(v['key'], ''))}</td></tr>" for v in vs)
     return ("<table class='verdict-table'><thead><tr><th>claim</th><th>paper</th><th>this book found</th>"
             f"</tr></thead><tbody>{body}</tbody></table>")
 
@@ -131,6 +145,18 @@ def bottom_line_html(vs: list[dict], root=None, questions: list[dict] = ()) -> s
     """The intro's bottom line (:func:`stiefel_mini.evidence.plain.bottom_line`, the reader's
     ``questions`` included) as one paragraph."""
     return f"<p class='bottom-line'><b>In short.</b> {_E(' '.join(bottom_line(vs, root, questions)))}</p>"
+
+
+def cards_html(cards: list[dict], prefix: str = "") -> str:
+    """The decision cards (:func:`stiefel_mini.evidence.cards.cards`), one per task: the task (linked to its
+    chapter), the answer in bold, what decided it as a short list, and the regime it was measured in.
+    Side by side on a wide screen, one under another on a phone (``book.css``)."""
+    def card(c: dict) -> str:
+        lines = "".join(f"<li><span class='card-what'>{_E(what)}</span>: {_E(said)}</li>" for what, said in c["lines"])
+        return (f"<div class='decision-card' data-task='{_E(c['key'])}'><p class='card-task'><a href='{prefix}"
+                f"{_E(c['chapter'])}.html'>{_E(c['task'])}</a></p><p class='card-answer'>{_E(c['answer'])}.</p>"
+                f"<ul>{lines}</ul><p class='card-scale'>Measured: {_E(c['scale'])}.</p></div>")
+    return f"<div class='decision-cards'>{''.join(card(c) for c in cards)}</div>"
 
 
 def tally_html(vs: list[dict]) -> str:
@@ -162,20 +188,25 @@ def _claim_link(v: dict, prefix: str) -> str:
 
 def box_html(vs: list[dict], chapter: str, prefix: str = "") -> str:
     """A chapter's verdict box: per claim, its verdict word and one plain sentence (``sentence``), the
-    technical verdict, how sure and the confirmation in a closed block, and a link to the appendix."""
+    technical verdict, how sure and the confirmation in a closed block, and links to the appendix pages
+    (how a claim is tested, every comparison)."""
     mine = [v for v in vs if v["chapter"] == chapter]
     if not mine:
         raise ValueError(f"no claim is tested in chapter {chapter!r}; chapters: {sorted({v['chapter'] for v in vs})}")
+    other = beside(vs)
     items = "".join(
         f"<li data-claim='{_E(v['key'])}'><b>{_E(title(v))}</b> (paper: {_E(v['paper'])}). {word_html(v['status'])} "
         f"<span class='verdict-sentence'>{_E(v['sentence'])}</span>"
-        f"<details class='verdict-details'><summary>The test behind it</summary><p><b class='verdict-words'>"
+        + (f" <span class='verdict-beside'>Its configuration and the arm's others: {_E(other[v['key']])}.</span>"
+           if v["key"] in other else "")
+        + f"<details class='verdict-details'><summary>The test behind it</summary><p><b class='verdict-words'>"
         f"{_E(v['verdict'])}</b> (<span class='verdict-sure'>{_E(v['sure'])}</span>)."
         + (f" <span class='verdict-confirmation'>{_E(_cap(v['confirmation']['text']))}.</span>"
            if v["confirmation"] and v["confirmation"]["text"] else "") + "</p></details></li>" for v in mine)
     return (f"<div class='admonition important verdict-box' id='verdict'><p class='admonition-title'>Verdict</p>"
-            f"<ul>{items}</ul><p class='verdict-how'>How a claim is tested, and every comparison's details: "
-            f"<a href='{prefix}{APPENDIX}'>How this book tests a claim</a>.</p></div>")
+            f"<ul>{items}</ul><p class='verdict-how'>How a claim is tested: <a href='{prefix}{APPENDIX}'>How this book "
+            f"tests a claim</a>; every comparison and the ledger: <a href='{prefix}{COMPARISONS}'>Every comparison, and "
+            "the confirmation ledger</a>.</p></div>")
 
 
 def confirmation_html(vs: list[dict]) -> str:
@@ -190,21 +221,24 @@ def confirmation_html(vs: list[dict]) -> str:
 
 def ledger_html(vs: list[dict]) -> str:
     """The confirmation ledger as a table: per claim with a primary, the commit that declared it and its
-    time, the runs of its arms started after it on unchosen seeds / before it / after it on seeds a
-    choice was made on, and what those fresh runs alone give (``data-confirmation``: its status)."""
+    time, the runs of both its arms (a family side as the arm it stands for) started after it on
+    unchosen seeds / before it / after it on seeds a choice was made on, phase by phase of a study that
+    has phases, and what those fresh runs alone give (``data-confirmation``: its status)."""
     rows = []
     for v in vs:
         conf = v["confirmation"]
         if not conf or conf["status"] == "by construction":
             continue
-        n = conf.get("runs") or {}
         when = (conf["time"] or "").replace("T", " ")[:16]
-        rows.append(f"<tr data-confirmation='{_E(conf['status'])}'><td>{_E(title(v))}</td>"
-                    f"<td><code>{_E(conf['commit'] or '-')}</code> {_E(when + ' UTC' if when else '')}</td>"
-                    f"<td>{n.get('after', 0)} / {n.get('before', 0)} / {n.get('on_chosen_seeds', 0)}</td>"
-                    f"<td><b>{_E(conf['status'])}</b>: {_E(conf['text'])}</td></tr>")
-    return ("<table class='ledger-table'><thead><tr><th>claim</th><th>declared at</th><th>runs after / before / "
-            "after on chosen seeds</th><th>the fresh runs alone</th></tr></thead><tbody>" + "".join(rows)
+        counts = "<br>".join(f"{_E(phase) + ': ' if phase else ''}{n['after']} / {n['before']} / "
+                             f"{n['on_chosen_seeds']}" for phase, n in (conf.get("phases") or {}).items()) or "-"
+        rows.append(f"<tr data-confirmation='{_E(conf['status'])}'><td data-label='claim'>{_E(title(v))}</td>"
+                    f"<td data-label='declared at'><code>{_E(conf['commit'] or '-')}</code> "
+                    f"{_E(when + ' UTC' if when else '')}</td>"
+                    f"<td data-label='runs after / before / after on chosen seeds'>{counts}</td>"
+                    f"<td data-label='the fresh runs alone'><b>{_E(conf['status'])}</b>: {_E(conf['text'])}</td></tr>")
+    return ("<table class='ledger-table'><thead><tr><th>claim</th><th>declared at</th><th>runs of both arms: after / "
+            "before / after on chosen seeds</th><th>the fresh runs alone</th></tr></thead><tbody>" + "".join(rows)
             + "</tbody></table>")
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import re
 
 from stiefel_mini.evidence.claims import Claim
-from stiefel_mini.evidence.words import (_PREP, _amount, _undecidable, arm_name, gist, holds_zero, judged, regime_of,
-                                         row_phrase, side_names)
+from stiefel_mini.evidence.confirm import DECLARED_FIRST
+from stiefel_mini.evidence.rule import UNDECIDABLE, decision, holds_zero, judged
+from stiefel_mini.evidence.words import _PREP, _amount, arm_name, gist, regime_of, row_phrase, side_names
 
 __all__ = ["flip", "versus", "phrase", "confirmed_word", "fresh_text", "machines_text", "sentence", "FIGURE_NAMES",
            "figure_name"]
@@ -74,7 +75,7 @@ def _ingredients_phrase(v: dict, rows: list[dict], short: bool = False) -> str:
     if not have:
         return "no paired runs yet"
     big = max(have, key=lambda r: abs(r["mean"]))
-    few = [r for r in have if _undecidable(r)]
+    few = [r for r in have if decision(r) == UNDECIDABLE]
     if holds_zero(big):
         largest = (f"the largest mean gap, {_amount(big['mean'], big['unit'])} between {arm_name(big['arm'])} and "
                    f"{arm_name(big['baseline'])} on {big['n']} seeds, has a 95% interval that holds zero")
@@ -125,12 +126,16 @@ def phrase(c: Claim, v: dict, short: bool = False) -> str:
 
 
 def confirmed_word(v: dict) -> str:
-    """What fresh seeds said of a resolved primary, the ledger's own status
-    (:func:`stiefel_mini.evidence.confirm.confirmation`) in a reader's words: ``"confirmed"``, ``"not
-    confirmed"`` (fresh seeds that could decide did not give the primary's verdict), ``"too few fresh
-    seeds"`` (pending: fresh seeds ran, too few to decide), ``"not re-run"`` (pending: none yet), or
-    ``""`` where there is nothing to confirm (not resolved, not tested, by construction)."""
+    """What fresh seeds said of a primary, the ledger's own status
+    (:func:`stiefel_mini.evidence.confirm.confirmation`) in a reader's words: ``"declared before its
+    runs"`` (nothing earlier to confirm, whatever the verdict), or, of a resolved primary declared after
+    some of its runs, ``"confirmed"``, ``"not confirmed"`` (fresh seeds that could decide did not give
+    the primary's verdict), ``"too few fresh seeds"`` (pending: fresh seeds ran, too few to decide),
+    ``"not re-run"`` (pending: none yet); ``""`` where there is nothing to confirm (not resolved, not
+    tested, by construction)."""
     conf = v.get("confirmation") or {}
+    if conf.get("status") == DECLARED_FIRST and v["status"] != "not tested yet":
+        return DECLARED_FIRST
     if v["status"] in ("not resolved", "not tested yet", "by construction") or not conf:
         return ""
     if conf["status"] in ("confirmed", "not confirmed"):
@@ -140,22 +145,16 @@ def confirmed_word(v: dict) -> str:
 
 def fresh_text(v: dict) -> str:
     """What fresh seeds said of a verdict, as a clause: ``"6 fresh seeds did not confirm it"``,
-    ``"confirmed on 6 fresh seeds"``, ``"not yet re-run on fresh seeds"``, ``"every seed ran after the
-    comparison was declared"`` where the fresh seeds are all the primary's own (``"every StiefelAdam run
-    started after ..., against AdamW's earlier runs"`` where its baseline's runs came before it by design);
-    ``""`` where nothing is to be confirmed (:func:`confirmed_word`)."""
+    ``"confirmed on 6 fresh seeds"``, ``"not yet re-run on fresh seeds"``, ``"declared before its runs"``
+    (``"declared before its runs, against AdamW's earlier runs"`` where its baseline's runs came before
+    it by design); ``""`` where nothing is to be confirmed (:func:`confirmed_word`)."""
     conf = confirmed_word(v)
     rows = [r for r in (v.get("confirmation") or {}).get("rows", []) if r["n"]]
+    if conf == DECLARED_FIRST:
+        fixed = [r for r in v["primary"] if r["n"] and r.get("baseline_files")]
+        return DECLARED_FIRST + (f", against {side_names(fixed[0])[1]}'s earlier runs" if fixed else "")
     fresh = max((r["n"] for r in rows), default=0)
     seeds = f"{fresh} fresh seed{'' if fresh == 1 else 's'}"
-    mine = [tuple(r.get("seeds") or ()) for r in v.get("primary", []) if r["n"]]
-    if conf == "confirmed" and mine and all(mine) and mine == [tuple(r.get("seeds") or ()) for r in rows]:
-        # declared before any of its runs: the fresh seeds are the primary's own, not further evidence
-        fixed = [r for r in v["primary"] if r["n"] and r.get("baseline_files")]
-        if fixed:  # but for its baseline's runs, made before it by design
-            arm, baseline = side_names(fixed[0])
-            return f"every {arm} run started after the comparison was declared, against {baseline}'s earlier runs"
-        return "every seed ran after the comparison was declared"
     if len({r["n"] for r in rows}) > 1:  # a family whose rows have different fresh seeds: each its own count
         seeds = "fresh seeds (" + ", ".join(f"{r['n']} for {regime_of(r)}" for r in rows) + ")"
     return {"confirmed": f"confirmed on {seeds}", "not confirmed": f"{seeds} did not confirm it",

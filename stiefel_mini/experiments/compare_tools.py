@@ -30,6 +30,7 @@ Reference: Becigneul & Ganea (2019) and Kochurov et al. (2020) for geoopt; Lezca
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import sys
 import time
@@ -46,7 +47,7 @@ from stiefel_mini.experiments.runner import cli, parse_cli
 from stiefel_mini.experiments.runtime import generator, progress
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 
-__all__ = ["TOOLS", "ToolConfig", "QKAttention", "run", "sweep", "format_table", "main"]
+__all__ = ["TOOLS", "ToolConfig", "QKAttention", "run", "sweep", "KERNELS", "error_text", "format_table", "main"]
 
 TOOLS = ("stiefel_mini", "geoopt", "torch_orthogonal", "geotorch", "muon", "adamw")
 """The libraries compared (tools, not arms: each is used through its own API)."""
@@ -213,6 +214,22 @@ def sweep(cfg: ToolConfig) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+KERNELS = {"lu": "LU factorisation", "orgqr": "Householder product", "geqrf": "QR factorisation"}
+"""torch's names of the kernels a tool's retraction or map needs, as a reader knows them."""
+
+
+def error_text(error: str) -> str:
+    """A tool's error (:func:`run`'s ``error``) in words: a kernel torch lacks for a dtype, ``'"lu_cpu" not
+    implemented for 'BFloat16''``, as ``"no bfloat16 LU factorisation on the CPU"``; any other error as its
+    message, without the exception's name."""
+    m = re.search(r'"(\w+?)(?:_(cpu|cuda))?" not implemented for \'(\w+)\'', error)
+    if m is None:
+        return error.split(": ", 1)[-1]
+    kernel, device, dtype = m.groups()
+    where = {"cpu": " on the CPU", "cuda": " on the GPU"}.get(device or "", "")
+    return f"no {dtype.lower()} {KERNELS.get(kernel, kernel)}{where}"
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -128,7 +128,7 @@ def test_every_table_fits_a_phone(fresh_visit, page):
 
 def test_the_table_check_sees_the_comparison_tables_in_closed_blocks(fresh_visit):
     """The measurement opens the closed blocks: the appendix's comparison tables are counted."""
-    tables = fresh_visit("book/how_we_test.html", 400).page.evaluate(TABLES_JS)
+    tables = fresh_visit("book/appendix_comparisons.html", 400).page.evaluate(TABLES_JS)
     assert sum(t["what"].startswith("evidence-table") for t in tables) >= 10, tables
 
 

@@ -1,7 +1,8 @@
 """The book answers in plain words first: the intro's first screen (1280 x 800) holds the bottom line
-and the verdict table, with no commit hash, correction method or arm code; no chapter's main text
-shows a commit hash; every verdict box says its claim in the evidence layer's sentence and links to
-the appendix, which holds the ledger and every comparison; Part IV has its measured table.
+and the decision cards, with no commit hash, correction method or arm code, and the verdict table
+follows them; no chapter's main text shows a commit hash; every verdict box says its claim in the
+evidence layer's sentence and links to the appendix pages, which hold the rule, the ledger and every
+comparison; Part IV has its measured table.
 
 Run after ``bash scripts/build_book.sh``: ``pytest tests/browser -m browser``.
 """
@@ -58,26 +59,34 @@ def every_verdict():
     return {v["key"]: v for v in evidence.verdicts() + evidence.questions()}  # as the appendix lists them
 
 
-def test_the_intro_first_screen_holds_the_bottom_line_and_the_table_and_no_audit_words(visit, verdicts):
+def test_the_intro_first_screen_holds_the_bottom_line_and_the_cards_and_no_audit_words(visit, verdicts):
+    from stiefel_mini.evidence import cards
+
     v = visit("book/intro.html", 1280)
-    spans = v.page.evaluate("""() => ['.bottom-line', 'table.verdict-table'].map(s => {
+    spans = v.page.evaluate("""() => ['.bottom-line', '.decision-cards', 'table.verdict-table'].map(s => {
         const r = document.querySelector(s).getBoundingClientRect();
         return [r.top + window.scrollY, r.bottom + window.scrollY]; })""")
-    (line_top, line_bottom), (table_top, table_bottom) = spans
-    # The whole answer and the table's first rows on the first screen; its last rows (nine claims and
-    # the reader's question, y 870 at 1280 px) may run past it.
-    assert 0 < line_top < line_bottom <= table_top < SCREEN - 200 and table_bottom > table_top, (
-        f"bottom line at y = {line_top:.0f}-{line_bottom:.0f}, table at {table_top:.0f}-{table_bottom:.0f} px: "
-        f"the bottom line and the table's first rows must lie within the first {SCREEN} px")
+    (line_top, line_bottom), (cards_top, cards_bottom), (table_top, _) = spans
+    # The answer and the cards begin on the first screen (each card's answer on it, below); the table of
+    # claims after the cards.
+    assert 0 < line_top < line_bottom <= cards_top < SCREEN - 200 and cards_bottom <= table_top, (
+        f"bottom line at y = {line_top:.0f}-{line_bottom:.0f}, cards at {cards_top:.0f}-{cards_bottom:.0f}, table "
+        f"from {table_top:.0f} px: the bottom line and the cards must begin within the first {SCREEN} px")
+    shown = v.page.evaluate("() => Array.from(document.querySelectorAll('.decision-card')).map(c => c.dataset.task)")
+    vs, qs = evidence.verdicts(), evidence.questions(untested=False)
+    assert shown == [c["key"] for c in cards.cards(vs, qs)] == ["cifar", "grokking", "language_model"]
     first = v.page.evaluate(ABOVE_JS, SCREEN)
     assert "CPU" in first and "AdamW" in first and "StiefelAdam" in first, first[:400]
+    for c in cards.cards(vs, qs):
+        assert " ".join(c["answer"].split()) in first, c["answer"]
     for rx, what in ((COMMIT, "a commit hash"), (ARM_CODE, "an arm code"), (METHOD, "a test or correction")):
         assert not rx.search(first), f"the intro's first screen shows {what}: {rx.search(first).group(0)!r}"
     rows = v.page.evaluate("""() => Object.fromEntries(Array.from(document.querySelectorAll('tr[data-claim]'))
         .map(tr => [tr.dataset.claim, tr.innerText.replace(/\\s+/g, ' ')]))""")
     assert set(rows) == set(verdicts)
     for key, text in rows.items():
-        assert verdicts[key]["status"] == "by construction" or verdicts[key]["short_phrase"] in text, (key, text)
+        assert verdicts[key]["status"] == "by construction" or evidence.render.cell_phrase(verdicts[key]) in text, (
+            key, text)
         said = "not confirmed" in text or "did not confirm" in text
         assert said == (verdicts[key]["confirmed"] == "not confirmed"), (key, text)
 
@@ -116,15 +125,16 @@ def test_every_verdict_box_links_to_the_appendix(visit, chapter):
     page = visit(f"book/{chapter}.html").page
     links = page.evaluate("""() => Array.from(document.querySelectorAll('.verdict-box'))
         .map(b => Array.from(b.querySelectorAll('a')).map(a => a.getAttribute('href')))""")
-    assert links and all(any(h.endswith("how_we_test.html") for h in box) for box in links), links
+    assert links and all(any(h.endswith("how_we_test.html") for h in box) and any(
+        h.endswith("appendix_comparisons.html") for h in box) for box in links), links
     closed = page.evaluate("() => Array.from(document.querySelectorAll('.verdict-box details')).map(d => d.open)")
     assert closed and not any(closed), "the test behind each verdict starts closed"
-    assert (BUILD / "book" / "how_we_test.html").is_file()
+    assert (BUILD / "book" / "how_we_test.html").is_file() and (BUILD / "book" / "appendix_comparisons.html").is_file()
 
 
 def test_the_appendix_holds_the_ledger_and_every_comparison(visit, every_verdict):
     verdicts = every_verdict
-    page = visit("book/how_we_test.html").page
+    page = visit("book/appendix_comparisons.html").page
     ledger = page.evaluate("() => Array.from(document.querySelectorAll('table.ledger-table tbody tr'))"
                            ".map(tr => tr.dataset.confirmation)")
     assert ledger == [v["confirmation"]["status"] for v in verdicts.values()
@@ -134,8 +144,9 @@ def test_the_appendix_holds_the_ledger_and_every_comparison(visit, every_verdict
     assert COMMIT.search(page.evaluate("() => document.querySelector('table.ledger-table').innerText"))
 
 
-CHAPTERS = [p for p in book_pages() if p.startswith("book/") and not p.endswith(("how_we_test.html", "genindex.html",
-                                                                                    "search.html"))]
+CHAPTERS = [p for p in book_pages() if p.startswith("book/") and not p.startswith("book/appendix_")
+            and not p.endswith(("how_we_test.html", "genindex.html", "search.html"))]
+"""The chapters, without the appendix pages, whose ledgers and provenance name commits by design."""
 
 
 @pytest.mark.parametrize("page", CHAPTERS)

@@ -39,3 +39,13 @@ def test_cli_prints_and_writes_the_table(capsys, tmp_path):
     assert "stiefel_mini" in capsys.readouterr().out
     stored = json.loads(out.read_text())
     assert stored["provenance"]["config"]["steps"] == 2 and [r["tool"] for r in stored["rows"]] == ["adamw", "stiefel_mini"]
+
+
+@pytest.mark.parametrize("error, said", [
+    ("NotImplementedError: \"lu_cpu\" not implemented for 'BFloat16'", "no bfloat16 LU factorisation on the CPU"),
+    ("NotImplementedError: \"orgqr_cpu\" not implemented for 'BFloat16'", "no bfloat16 Householder product on the CPU"),
+    ("NotImplementedError: \"svd_cuda\" not implemented for 'Half'", "no half svd on the GPU"),
+    ("RuntimeError: unknown tool sgd", "unknown tool sgd"),
+])
+def test_an_error_is_said_in_words_without_its_exception_name(error, said):
+    assert ct.error_text(error) == said
