@@ -2,6 +2,8 @@
 
 - :func:`peer_curve_figure` -- grokking curves beside a reference's phases (the peer curve).
 - :func:`one_run_figure` -- the one-run-per-arm gaps and each run's endpoint below its best.
+- :func:`temperature_figure` -- attention entropy and accuracy along training, fixed against learned
+  logit scale: why orthonormal frames grok sooner only while their attention is flat.
 
 Layout and colours are :mod:`stiefel_mini.plots`' (:func:`~stiefel_mini.plots.panels`,
 :func:`~stiefel_mini.plots.optimizer_color`).
@@ -11,9 +13,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from stiefel_mini.plots import COLUMN_WIDTH_IN, legend_outside, optimizer_color, panels
+from stiefel_mini.plots import COLUMN_WIDTH_IN, NARROW_WIDTH_IN, legend_outside, optimizer_color, panels
 
-__all__ = ["peer_curve_figure", "one_run_figure"]
+__all__ = ["peer_curve_figure", "one_run_figure", "temperature_figure"]
 
 
 def peer_curve_figure(runs: dict, phases: Sequence[tuple[str, int, int]], names: dict[str, str] | None = None,
@@ -83,3 +85,32 @@ def one_run_figure(result: dict, names: tuple[str, str], width: float = COLUMN_W
                xlabel="endpoint − best so far (points)", title="how far below its best")
     ax_dip.axvline(0, color="0.5", lw=0.6)
     return fig, (ax_gap, ax_dip)
+
+
+def temperature_figure(curves: Sequence[dict], uniform: float, threshold: float = 0.95, narrow: bool = False):
+    """Attention entropy and validation accuracy along training, median over seeds with the quartiles
+    shaded, one line per arm: solid where its logit scale is learned, dashed where it is fixed.
+
+    ``curves``: ``{"arm", "label", "fixed", "entropy", "val_acc"}``, the last two bands of
+    :func:`stiefel_mini.experiments.grokking.metrics.curve_bands` (``step``, ``median``, ``q25``,
+    ``q75``); ``uniform``: the entropy of uniform attention (grey line); ``threshold``: the accuracy
+    marked (grey line). Each arm in its optimizer's colour. Two panels side by side, or stacked in a
+    :data:`~stiefel_mini.plots.NARROW_WIDTH_IN` figure when ``narrow``. Returns ``(fig, axes)``.
+    """
+    fig, axes = panels(2, ncols=1 if narrow else 2, row_height=2.3 if narrow else 2.9,
+                       width=NARROW_WIDTH_IN if narrow else COLUMN_WIDTH_IN, sharex=True)
+    for c in curves:
+        style = {"color": optimizer_color(c["arm"]), "ls": "--" if c["fixed"] else "-"}
+        for ax, key in zip(axes, ("entropy", "val_acc")):
+            b = c[key]
+            ax.fill_between(b["step"], b["q25"], b["q75"], color=style["color"], alpha=0.12, lw=0)
+            ax.plot(b["step"], b["median"], label=c["label"], **style)
+    axes[0].axhline(uniform, color="0.5", lw=0.7)
+    axes[1].axhline(threshold, color="0.5", lw=0.7)
+    axes[0].set(ylabel="nats", title=f"attention entropy (grey: uniform, {uniform:.2f})")
+    axes[1].set(ylabel="accuracy", ylim=(0, 1.02), title=f"validation accuracy (grey: {threshold:.0%})")
+    for ax in axes[1:] if narrow else axes:
+        ax.set_xlabel("step")
+    legend_outside(fig, ncol=1 if narrow else 2)
+    return fig, axes
+

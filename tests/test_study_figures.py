@@ -42,3 +42,29 @@ def test_one_run_figure_shows_every_gap_and_every_dip():
     assert [len(c.get_offsets()) for c in ax_dip.collections] == [3, 3]
     assert [to_hex(c.get_facecolor()[0]) for c in ax_dip.collections] == [optimizer_color("A1"), optimizer_color("A0")]
     plt.close(fig)
+
+
+def _band(values):
+    return {"step": [0, 20, 40], "median": values, "q25": [v - 0.1 for v in values], "q75": [v + 0.1 for v in values]}
+
+
+def test_temperature_figure_dashes_the_fixed_scale_and_colours_each_optimizer():
+    import pytest
+
+    from stiefel_mini.plots import NARROW_WIDTH_IN
+
+    curves = [{"arm": "stiefel", "label": "StiefelAdam, fixed scale", "fixed": True,
+               "entropy": _band([1.1, 1.1, 1.09]), "val_acc": _band([0.0, 0.5, 0.97])},
+              {"arm": "stiefel_learned", "label": "StiefelAdam, learned scale", "fixed": False,
+               "entropy": _band([1.1, 0.4, 0.3]), "val_acc": _band([0.0, 0.1, 0.2])},
+              {"arm": "adamw", "label": "AdamW", "fixed": False,
+               "entropy": _band([1.1, 0.6, 0.5]), "val_acc": _band([0.0, 0.3, 0.9])}]
+    for narrow in (False, True):
+        fig, (ent, acc) = study_figures.temperature_figure(curves, uniform=1.0986, narrow=narrow)
+        lines = [line for line in ent.get_lines() if line.get_label() in {c["label"] for c in curves}]
+        assert [line.get_linestyle() for line in lines] == ["--", "-", "-"]
+        assert [line.get_color() for line in lines] == [optimizer_color(c["arm"]) for c in curves]
+        assert list(acc.get_lines()[1].get_ydata()) == [0.0, 0.1, 0.2]
+        assert ent.get_lines()[-1].get_ydata()[0] == pytest.approx(1.0986)  # uniform attention
+        assert fig.get_figwidth() == pytest.approx(NARROW_WIDTH_IN if narrow else 6.8)
+        plt.close(fig)

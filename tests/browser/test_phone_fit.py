@@ -185,6 +185,6 @@ def test_no_word_in_a_table_is_broken(fresh_visit, page, width):
 
 
 def test_a_table_too_wide_for_a_phone_becomes_cards(fresh_visit):
-    """The grokking chapter's arms table (four columns of prose) stacks as cards at 400 px only."""
-    found = fresh_visit("book/grokking.html", 400).page.evaluate(BROKEN_JS)
+    """The grokking appendix's arms table (four columns of prose) stacks as cards at 400 px only."""
+    found = fresh_visit("book/appendix_grokking.html", 400).page.evaluate(BROKEN_JS)
     assert found["cards"] >= 1, found
