@@ -19,16 +19,18 @@ __all__ = ["peer_curve_figure", "one_run_figure", "temperature_figure"]
 
 
 def peer_curve_figure(runs: dict, phases: Sequence[tuple[str, int, int]], names: dict[str, str] | None = None,
-                      width: float = COLUMN_WIDTH_IN):
+                      narrow: bool = False):
     """Accuracy and loss (train dashed, test solid) of every run beside a reference's phases.
 
     ``runs``: arm -> seed -> run (with ``history``: ``step``, ``train_acc``, ``val_acc``,
     ``train_loss``, ``val_loss``); ``phases``: ``(name, first step, last step)`` shaded in both
     panels (Nanda et al.'s, :data:`stiefel_mini.experiments.grokking.peer_curve.NANDA_PHASES`); ``names``:
     legend names of the arms. One line per seed, each arm in its optimizer's colour
-    (:func:`~stiefel_mini.plots.optimizer_color`). Returns ``(fig, axes)``.
+    (:func:`~stiefel_mini.plots.optimizer_color`); a :data:`~stiefel_mini.plots.NARROW_WIDTH_IN` figure
+    when ``narrow``. Returns ``(fig, axes)``.
     """
-    fig, axes = panels(2, ncols=1, row_height=2.4, width=width, sharex=True)
+    fig, axes = panels(2, ncols=1, row_height=2.2 if narrow else 2.4, width=NARROW_WIDTH_IN if narrow else COLUMN_WIDTH_IN,
+                       sharex=True)
     shades = ("0.93", "0.86", "0.79")
     for ax in axes:
         for (name, lo, hi), shade in zip(phases, shades):
@@ -51,21 +53,23 @@ def peer_curve_figure(runs: dict, phases: Sequence[tuple[str, int, int]], names:
     axes[1].set(ylabel="loss (log)", yscale="log", xlabel="step (= epoch)")
     axes[0].plot([], [], "k-", lw=1, label="test (solid)")
     axes[0].plot([], [], "k--", lw=0.8, label="train (dashed)")
-    legend_outside(fig, ncol=4)
+    legend_outside(fig, ncol=2 if narrow else 4)
     return fig, axes
 
 
-def one_run_figure(result: dict, names: tuple[str, str], width: float = COLUMN_WIDTH_IN):
+def one_run_figure(result: dict, names: tuple[str, str], narrow: bool = False):
     """What one run per arm can say: the one-run gaps and each arm's endpoint below its best.
 
     ``result``: :func:`stiefel_mini.experiments.grokking.one_run.one_run_gaps`; ``names``: (baseline, arm)
     as the reader calls them (or their codes). Left: every same-seed and cross-seed gap (arm - baseline,
     points) with the paired mean (solid) and the paper's gap in both directions (dashed); right: per arm,
-    each seed's endpoint minus its best so far, in the arm's colour. Returns ``(fig, axes)``.
+    each seed's endpoint minus its best so far, in the arm's colour. Side by side, or stacked in a
+    :data:`~stiefel_mini.plots.NARROW_WIDTH_IN` figure when ``narrow``. Returns ``(fig, axes)``.
     """
     import numpy as np
 
-    fig, (ax_gap, ax_dip) = panels(2, ncols=2, row_height=2.6, width=width)
+    fig, (ax_gap, ax_dip) = panels(2, ncols=1 if narrow else 2, row_height=2.2 if narrow else 2.6,
+                                   width=NARROW_WIDTH_IN if narrow else COLUMN_WIDTH_IN)
     jitter = np.random.default_rng(0)  # fixed: the figure is the same at every build
     for y, key, label in ((1, "same_seed", "same seed"), (0, "cross_seed", "other seeds")):
         gaps = np.asarray(result[key]["gaps_pp"])

@@ -31,6 +31,22 @@ def test_peer_curve_figure_draws_four_lines_per_run_and_every_phase():
     plt.close(fig)
 
 
+def test_the_narrow_variants_are_phone_wide():
+    import pytest
+
+    from stiefel_mini.experiments.grokking.one_run import one_run_gaps
+    from stiefel_mini.experiments.grokking.peer_curve import NANDA_PHASES
+    from stiefel_mini.plots import COLUMN_WIDTH_IN, NARROW_WIDTH_IN
+
+    res = one_run_gaps({s: _hist(0)["history"] for s in range(3)}, {s: _hist(0.2)["history"] for s in range(3)},
+                       step=12000)
+    for narrow, width in ((False, COLUMN_WIDTH_IN), (True, NARROW_WIDTH_IN)):
+        for fig, _ in (study_figures.one_run_figure(res, ("AdamW", "StiefelAdam"), narrow=narrow),
+                       study_figures.peer_curve_figure({"adamw": {0: _hist(0)}}, NANDA_PHASES, narrow=narrow)):
+            assert fig.get_figwidth() == pytest.approx(width)
+            plt.close(fig)
+
+
 def test_one_run_figure_shows_every_gap_and_every_dip():
     from stiefel_mini.experiments.grokking.one_run import one_run_gaps
 
