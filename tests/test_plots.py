@@ -186,11 +186,10 @@ def test_every_arm_of_every_study_has_its_optimizers_colour_and_optimizers_never
     from stiefel_mini.evidence.words import ARM_NAMES
     from stiefel_mini.experiments.cifar.config import ALL_ARMS
     from stiefel_mini.experiments.grokking.config import SWEEPS
-    from stiefel_mini.experiments.lm.round2 import ARMS2
-    from stiefel_mini.experiments.lm.round3 import ARMS3
+    from stiefel_mini.experiments.lm.studies import ROUND2, ROUND3
 
     assert len(set(plots.OPTIMIZER_COLORS.values())) == len(plots.OPTIMIZER_COLORS)
-    arms = {*ARM_NAMES, *ALL_ARMS, *ARMS2, *ARMS3, *(a for s in SWEEPS.values() for a in s.arms), "adamw_nodecay_qk"}
+    arms = {*ARM_NAMES, *ALL_ARMS, *(a for study in (ROUND2, ROUND3) for a, _ in study.arms), *(a for s in SWEEPS.values() for a in s.arms), "adamw_nodecay_qk"}
     colour = {a: plots.optimizer_color(a) for a in arms}  # raises for an arm of no known optimizer
     same = {"AdamW": ("A0", "adamw", "A0'", "A4", "adamw_nodecay_qk", "adamw_scaled_qk", "adamw_family"),
             "StiefelAdam": ("A1", "stiefel", "stiefel_learned", "stiefel_scale", "A7", "stiefel_nocap"),

@@ -331,16 +331,17 @@ def chosen_settings(payload: dict | None) -> dict[str, dict]:
     """The settings the third study chose for each of its arms, as it ran them on the paired seeds.
 
     ``{arm: {**best, **shared}}``: ``best`` the arm's settings at its best ``scale_lr``
-    (:func:`~stiefel_mini.experiments.lm.round3.plan3`: ``lr``, ``warmup_frac``, ``scale_lr`` and
-    ``frame_lr`` with ``max_step`` for ``stiefel_scale``, ``muon_lr`` and ``per_head`` for
-    ``stiefel_muon_scale``), ``shared`` the :data:`SHARED_SETTINGS` of the file's ``base_config``;
+    (:func:`~stiefel_mini.experiments.lm.plans.plan` of :data:`~stiefel_mini.experiments.lm.studies.ROUND3`:
+    ``lr``, ``warmup_frac``, ``scale_lr`` and ``frame_lr`` with ``max_step`` for ``stiefel_scale``,
+    ``muon_lr`` and ``per_head`` for ``stiefel_muon_scale``), ``shared`` the :data:`SHARED_SETTINGS` of
+    the file's ``base_config``;
     an arm whose sweep is not complete is left out (``{}`` without the file).
     """
     if not payload:
         return {}
     base = payload["base_config"]
     shared = {k: (tuple(base[k]) if isinstance(base[k], list) else base[k]) for k in SHARED_SETTINGS}
-    return {arm: {**best, **shared} for arm, best in plan3(ROUND3, payload["runs"]).best.items()}
+    return {arm: {**best, **shared} for arm, best in plan(ROUND3, payload["runs"]).best.items()}
 
 
 PHASE_NAMES = {"sweep": "sweep runs", "paired": "runs on the paired seeds",
