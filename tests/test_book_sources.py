@@ -326,3 +326,16 @@ def test_an_experiment_chapter_links_its_appendix_which_the_toc_lists(chapter, a
     toc = (ROOT / "_toc.yml").read_text()
     assert f"- file: book/{appendix}" in toc.split('caption: "Appendix"', 1)[1].split("caption:", 1)[0]
 
+
+
+def test_the_use_chapter_opens_with_the_studies_recipe_and_types_no_setting_of_it():
+    """The "If you try it" card comes before the first section that converts a model, is read from the
+    results files (``recipe.card_html``), and the code that builds the chapter's optimizer takes the
+    card's settings instead of typing a frame lr (``tests/test_recipe.py`` checks the card itself)."""
+    cells = _cells("use_in_your_model")
+    card = next(i for i, c in enumerate(cells) if "recipe.card_html(recipe.recipes())" in _source(c)
+                or "recipe.card_html(RECIPES)" in _source(c))
+    convert = next(i for i, c in enumerate(cells) if re.search(r"^## Convert$", _source(c), re.M))
+    assert card < convert, "use_in_your_model: the card must come before the first section"
+    built = next(_source(c) for c in cells if "optimizer = StiefelAdam(groups" in _source(c))
+    assert "VIT.frame_lr" in built and not re.search(r'"lr":\s*[0-9.]', built), built
