@@ -23,11 +23,12 @@ from torch import nn
 from stiefel_mini.groups import mark_frame
 from stiefel_mini.muon import StiefelMuon
 from stiefel_mini.optim import StiefelAdam
+from stiefel_mini.plots import OPTIMIZER_COLORS
 
 __all__ = ["RULES", "sphere_paths", "sphere_paths_figure", "sphere_paths_widget"]
 
-RULES = {"manifold Muon": "C0", "Riemannian Adam": "C1"}
-"""The two rules drawn, and their colours."""
+RULES = {"manifold Muon": OPTIMIZER_COLORS["StiefelMuon"], "Riemannian Adam": OPTIMIZER_COLORS["StiefelAdam"]}
+"""The two rules drawn, and their colours: those of the optimizers that run them on frames."""
 
 _C = torch.diag(torch.tensor([3.0, 1.0, 0.0], dtype=torch.float64))  # the answer: w = +-e1
 

@@ -7,12 +7,10 @@ chapters' plotting code short and the figures readable at the width of the book'
 
 - :func:`panels` -- a grid of ``n`` axes, two a row, with unused cells removed.
 - :func:`legend_outside` -- a legend to the right of (or below) the axes, never over the data.
-- :func:`arm_colors` -- one fixed colour per arm name, the same in every figure of a chapter.
+- :data:`OPTIMIZER_COLORS`, :func:`optimizer_color` -- one colour per optimizer, in every figure of the book.
 - :func:`attention_head_diagram` -- where the frames W_Q, W_K sit in one attention head.
 - :func:`step_pipeline_diagram` -- the stages of one StiefelAdam step on a frame.
 - :func:`responsive` -- a wide figure and its narrow variant; the page shows the one that fits.
-- :func:`peer_curve_figure` -- grokking curves beside a reference's phases (the peer curve).
-- :func:`one_run_figure` -- the one-run-per-arm gaps and each run's endpoint below its best.
 - :func:`logit_growth_figure` -- the largest attention logit and the accuracy against each arm's lr.
 """
 
@@ -20,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["panels", "legend_outside", "arm_colors", "attention_head_diagram", "step_pipeline_diagram", "responsive",
-           "NARROW_WIDTH_IN", "peer_curve_figure", "one_run_figure", "logit_growth_figure"]
+__all__ = ["panels", "legend_outside", "OPTIMIZER_COLORS", "optimizer_color", "attention_head_diagram",
+           "step_pipeline_diagram", "responsive", "NARROW_WIDTH_IN", "logit_growth_figure"]
 
 COLUMN_WIDTH_IN = 6.8  # inches: the column of the book's pages shows a figure this wide at natural size
 
@@ -88,9 +86,36 @@ def legend_outside(ax: Any, where: str = "right", **legend_kw: Any):
     return ax.legend(**kw)
 
 
-def arm_colors(arms: Sequence[str]) -> dict[str, str]:
-    """A fixed colour (``"C0"``, ``"C1"``, ...) per arm, in the order given."""
-    return {arm: f"C{i % 10}" for i, arm in enumerate(arms)}
+OPTIMIZER_COLORS = {
+    "AdamW": "#1f77b4", "StiefelAdam": "#ff7f0e", "QK-norm": "#2ca02c", "frozen frames": "#d62728",
+    "Muon": "#9467bd", "StiefelMuon": "#8c564b", "Muon with QK-norm": "#e377c2", "uniform attention": "#7f7f7f",
+    "StiefelAdam on Q/K with Muon": "#17becf", "AdamW followed by the polar projection": "#bcbd22",
+    "StiefelMuon on every hidden matrix": "#393b79",
+}
+"""One colour per optimizer (and per control: frozen frames, uniform attention), by its name for a
+reader, in every figure of the book. An arm that varies one of them takes its colour
+(:func:`optimizer_color`)."""
+
+_OPTIMIZER_OF = {"AdamW with QK-norm": "QK-norm", "adamw_nodecay_qk": "AdamW", "adamw_scaled_qk": "AdamW",
+                 "uniform": "uniform attention", "A0'": "AdamW", "A4": "AdamW", "adamw_family": "AdamW",
+                 "muon_family": "Muon"}
+"""Arms whose name does not start with their optimizer's, and the grokking controls the evidence does not name."""
+
+
+def optimizer_color(arm: str) -> str:
+    """The colour of ``arm`` (a code, ``"A1"``, ``"stiefel_learned"``, or a reader's name): that of its
+    optimizer in :data:`OPTIMIZER_COLORS`, the longest name its reader's name starts with (StiefelAdam's
+    variants, "StiefelAdam (own scale lr)", take StiefelAdam's). Raises ``ValueError`` for an arm of no
+    optimizer there."""
+    from stiefel_mini.evidence.words import arm_name
+
+    name = _OPTIMIZER_OF.get(arm) or _OPTIMIZER_OF.get(arm_name(arm)) or arm_name(arm)
+    if name in OPTIMIZER_COLORS:
+        return OPTIMIZER_COLORS[name]
+    known = [k for k in sorted(OPTIMIZER_COLORS, key=len, reverse=True) if name.startswith(k)]
+    if not known:
+        raise ValueError(f"no colour for arm {arm!r} ({name}); add its optimizer to OPTIMIZER_COLORS")
+    return OPTIMIZER_COLORS[known[0]]
 
 
 FRAME_COLOR = "C0"  # boxes that hold or act on a Stiefel frame, in both diagrams
@@ -294,74 +319,6 @@ def responsive(wide: Any, narrow: Any, alt: str, breakpoint_px: int = 520):
     return HTML(f'{style}<div class="sm-responsive">{imgs}</div>')
 
 
-def peer_curve_figure(runs: dict, phases: Sequence[tuple[str, int, int]], colors: dict[str, str],
-                      names: dict[str, str] | None = None, width: float = COLUMN_WIDTH_IN):
-    """Accuracy and loss (train dashed, test solid) of every run beside a reference's phases.
-
-    ``runs``: arm -> seed -> run (with ``history``: ``step``, ``train_acc``, ``val_acc``,
-    ``train_loss``, ``val_loss``); ``phases``: ``(name, first step, last step)`` shaded in both
-    panels (Nanda et al.'s, :data:`stiefel_mini.experiments.grokking.peer_curve.NANDA_PHASES`); ``names``:
-    legend names of the arms. One line per seed, one colour per arm. Returns ``(fig, axes)``.
-    """
-    fig, axes = panels(2, ncols=1, row_height=2.4, width=width, sharex=True)
-    shades = ("0.93", "0.86", "0.79")
-    for ax in axes:
-        for (name, lo, hi), shade in zip(phases, shades):
-            ax.axvspan(lo, hi, color=shade, lw=0, zorder=0)
-        for _, _, hi in phases:
-            ax.axvline(hi, color="0.5", lw=0.6, zorder=0)
-    for name, lo, hi in phases:
-        axes[0].text((lo + hi) / 2, 1.04, name, ha="center", va="bottom", fontsize=9,
-                     transform=axes[0].get_xaxis_transform())
-    for arm, by_seed in runs.items():
-        label = (names or {}).get(arm, arm)
-        for i, (seed, r) in enumerate(sorted(by_seed.items())):
-            h = r["history"]
-            tag = {} if i else {"label": label}
-            axes[0].plot(h["step"], h["val_acc"], color=colors[arm], lw=1, **tag)
-            axes[0].plot(h["step"], h["train_acc"], "--", color=colors[arm], lw=0.8)
-            axes[1].plot(h["step"], h["val_loss"], color=colors[arm], lw=1)
-            axes[1].plot(h["step"], h["train_loss"], "--", color=colors[arm], lw=0.8)
-    axes[0].set(ylabel="accuracy", ylim=(0, 1.02))
-    axes[1].set(ylabel="loss (log)", yscale="log", xlabel="step (= epoch)")
-    axes[0].plot([], [], "k-", lw=1, label="test (solid)")
-    axes[0].plot([], [], "k--", lw=0.8, label="train (dashed)")
-    legend_outside(fig, ncol=4)
-    return fig, axes
-
-
-def one_run_figure(result: dict, names: tuple[str, str], width: float = COLUMN_WIDTH_IN):
-    """What one run per arm can say: the one-run gaps and each arm's endpoint below its best.
-
-    ``result``: :func:`stiefel_mini.experiments.grokking.one_run.one_run_gaps`; ``names``: (baseline, arm)
-    as the reader calls them. Left: every same-seed and cross-seed gap (arm - baseline, points) with
-    the paired mean (solid) and the paper's gap in both directions (dashed); right: per arm, each seed's endpoint minus
-    its best so far. Returns ``(fig, axes)``.
-    """
-    import numpy as np
-
-    fig, (ax_gap, ax_dip) = panels(2, ncols=2, row_height=2.6, width=width)
-    jitter = np.random.default_rng(0)  # fixed: the figure is the same at every build
-    for y, key, label in ((1, "same_seed", "same seed"), (0, "cross_seed", "other seeds")):
-        gaps = np.asarray(result[key]["gaps_pp"])
-        ax_gap.scatter(gaps, y + jitter.uniform(-0.15, 0.15, gaps.size), s=10, color="C0", alpha=0.7)
-    g = result["gap_pp"]
-    for x in (-g, g):
-        ax_gap.axvline(x, color="C3", lw=0.8, ls="--")
-    ax_gap.axvline(result["paired_mean_pp"], color="k", lw=1)
-    ax_gap.set(yticks=[0, 1], yticklabels=["other seeds", "same seed"], ylim=(-0.5, 1.5),
-               xlabel=f"{names[1]} − {names[0]} (points)",
-               title=f"one-run gaps (dashed: ±{g:.1f})")
-    dips = result["below_best_pp"]
-    for y, side in ((1, "arm"), (0, "baseline")):
-        vals = np.asarray(dips[side])
-        ax_dip.scatter(vals, y + jitter.uniform(-0.15, 0.15, vals.size), s=12, color=f"C{y}")
-    ax_dip.set(yticks=[0, 1], yticklabels=[names[0], names[1]], ylim=(-0.5, 1.5),
-               xlabel="endpoint − best so far (points)", title="how far below its best")
-    ax_dip.axvline(0, color="0.5", lw=0.6)
-    return fig, (ax_gap, ax_dip)
-
-
 def logit_growth_figure(curves: Sequence[dict], names: dict[str, str], narrow: bool = False):
     """The largest attention logit (log scale) and the test accuracy against each arm's swept lr.
 
@@ -377,12 +334,12 @@ def logit_growth_figure(curves: Sequence[dict], names: dict[str, str], narrow: b
         raise ValueError(f"no lr curve for arms {missing}; the curves hold {sorted(by_arm)}")
     fig, axes = panels(2, ncols=1 if narrow else 2, row_height=2.5 if narrow else 2.9,
                        width=NARROW_WIDTH_IN if narrow else COLUMN_WIDTH_IN, sharex=True)
-    for i, (arm, label) in enumerate(names.items()):
+    for arm, label in names.items():
         pts = [p for p in by_arm[arm]["points"] if p["max_logit"] is not None]
         x = [p["value"] for p in pts]
-        axes[0].plot(x, [p["max_logit"] for p in pts], "o-", color=f"C{i}", ms=4,
+        axes[0].plot(x, [p["max_logit"] for p in pts], "o-", color=optimizer_color(arm), ms=4,
                      label=f"{label} ({'frame lr' if by_arm[arm]['swept'] == 'frame_lr' else 'lr'})")
-        axes[1].plot(x, [100 * p["acc_mean"] for p in pts], "o-", color=f"C{i}", ms=4)
+        axes[1].plot(x, [100 * p["acc_mean"] for p in pts], "o-", color=optimizer_color(arm), ms=4)
     axes[0].set(xscale="log", yscale="log", ylabel="largest logit", title="largest attention logit")
     axes[1].set(xscale="log", ylabel="test accuracy (%)", title="test accuracy")
     for ax in axes[1:] if narrow else axes:

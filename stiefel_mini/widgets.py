@@ -256,7 +256,7 @@ def _weight_decay_figure_png(history: dict[str, Any], arm: str, i_wd: int, i_sna
     """The figure of :func:`_weight_decay_png`, drawn under its font settings."""
     import matplotlib.pyplot as plt
 
-    from stiefel_mini.plots import legend_outside
+    from stiefel_mini.plots import legend_outside, optimizer_color
 
     cfg = history["config"]
     recs = history["runs"][arm]
@@ -276,7 +276,7 @@ def _weight_decay_figure_png(history: dict[str, Any], arm: str, i_wd: int, i_sna
     steps = r["step"]
     # No label names the decay: StiefelAdam's picture must be the same for every decay.
     ax1.plot(steps, recs[0]["norm_q"], color="0.6", ls="--", lw=1, label=f"decay {cfg.weight_decays[0]:g}")
-    ax1.plot(steps, r["norm_q"], color="C0" if arm == "adamw" else "C2", lw=1.6, label="this decay")
+    ax1.plot(steps, r["norm_q"], color=optimizer_color(arm), lw=1.6, label="this decay")
     step = s["step"][i_snap]
     ax1.plot([step], [torch.linalg.matrix_norm(s["w_q"][i_snap]).mean().item()], "ko", ms=4)
     top = max(max(rr["norm_q"]) for rrs in history["runs"].values() for rr in rrs)

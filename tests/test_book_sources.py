@@ -61,6 +61,8 @@ def test_assets_are_local_and_pinned():
 
 # Parts I-IV: the chapters that teach the geometry and the module, the experiments, and their use.
 EXPERIMENT_CHAPTERS = ["grokking", "cifar", "language_model"]
+APPENDIX = {"grokking": "appendix_grokking", "cifar": "appendix_cifar"}
+"""A study's appendix page: its sweeps, secondary comparisons, per-seed tables, Reproduce and provenance."""
 USE_CHAPTERS = ["use_in_your_model", "which_tool"]
 TEXTBOOK_CHAPTERS = ["stiefel_manifold", "retractions", "riemannian_adam", "manifold_muon", "stiefel_attention",
                      "weight_decay",
@@ -92,7 +94,7 @@ def test_visible_code_lines_fit_the_page(path):
 EXPERIMENT_CODE_LINE = 84
 
 
-@pytest.mark.parametrize("name", [*EXPERIMENT_CHAPTERS, *USE_CHAPTERS])
+@pytest.mark.parametrize("name", [*EXPERIMENT_CHAPTERS, *USE_CHAPTERS, "production"])
 def test_visible_code_of_the_experiment_chapters_fits_the_column(name):
     nb = json.loads((BOOK / f"{name}.ipynb").read_text())
     long = [
@@ -152,7 +154,7 @@ PROCESS_WORDS = re.compile(
 )
 
 
-@pytest.mark.parametrize("name", ["intro", *TEXTBOOK_CHAPTERS])
+@pytest.mark.parametrize("name", ["intro", *TEXTBOOK_CHAPTERS, *APPENDIX.values()])
 def test_no_process_words_in_the_reader_text(name):
     """No issue numbers, rounds, commit hashes or machine paths in what a reader sees, outside the
     collapsed provenance blocks."""
@@ -180,8 +182,9 @@ def _assert_collapsed_provenance(name: str, cells: list) -> None:
 @pytest.mark.parametrize("name", EXPERIMENT_CHAPTERS)
 def test_experiment_chapter_keeps_provenance_in_a_collapsed_block(name):
     """Commits and commands of the results files: in a provenance cell whose input is removed and
-    whose output is a closed <details>, not in sentences; the step-length question is answered."""
-    cells = _cells(name)
+    whose output is a closed <details>, not in sentences (on the study's appendix page where it has
+    one, with its Reproduce section); the step-length question is answered."""
+    cells = _cells(name) + (_cells(APPENDIX[name]) if name in APPENDIX else [])
     _assert_collapsed_provenance(name, cells)
     reproduce = [_source(c) for c in cells if c["cell_type"] == "markdown" and "## Reproduce" in _source(c)]
     assert reproduce, f"{name}: no Reproduce section"
@@ -194,12 +197,17 @@ def test_experiment_chapter_keeps_provenance_in_a_collapsed_block(name):
         assert ":name: grok-read-row" in text, "grokking: the worked example of reading a row"
 
 
-@pytest.mark.parametrize("name", USE_CHAPTERS)
+PART_FOUR = [*USE_CHAPTERS, "production"]
+
+
+@pytest.mark.parametrize("name", PART_FOUR)
 def test_use_chapter_keeps_benchmark_provenance_in_a_collapsed_block(name):
     """Part IV reads stored benchmark runs: their commits and trees only in a hidden provenance cell
-    whose output is a closed <details>; the tables are rendered, not printed as aligned text."""
+    whose output is a closed <details> (on each page that reads one); the tables are rendered, not
+    printed as aligned text."""
     cells = _cells(name)
-    _assert_collapsed_provenance(name, cells)
+    if any("load_results(" in _source(c) for c in cells):
+        _assert_collapsed_provenance(name, cells)
     # A table printed with aligned format specs, e.g. print(f"{x:>9}{y:>13}"), instead of show_table.
     printed = [i for i, c in enumerate(cells) if c["cell_type"] == "code"
                and re.search(r"print\(f[\"'][^\n]*\{[^}\n]*:[<>]\d+[^}\n]*\}[^\n]*\{[^}\n]*:[<>]\d+", _source(c))]
@@ -308,3 +316,26 @@ def test_no_cell_builds_a_display_and_drops_it(path):
     dropped = [(i, line) for i, c in enumerate(cells) if c["cell_type"] == "code"
                for line in _discarded_displays(_source(c))]
     assert not dropped, f"{path.name}: (cell, line) of HTML/Markdown never shown; wrap them in display(): {dropped}"
+
+
+@pytest.mark.parametrize("chapter, appendix", APPENDIX.items())
+def test_an_experiment_chapter_links_its_appendix_which_the_toc_lists(chapter, appendix):
+    """One click away: the chapter names its appendix page in its first cell, and the table of
+    contents lists the page under "Appendix"."""
+    assert f"{{doc}}`{appendix}`" in _source(_cells(chapter)[0]), f"{chapter}: no link to {appendix} at the top"
+    toc = (ROOT / "_toc.yml").read_text()
+    assert f"- file: book/{appendix}" in toc.split('caption: "Appendix"', 1)[1].split("caption:", 1)[0]
+
+
+
+def test_the_use_chapter_opens_with_the_studies_recipe_and_types_no_setting_of_it():
+    """The "If you try it" card comes before the first section that converts a model, is read from the
+    results files (``recipe.card_html``), and the code that builds the chapter's optimizer takes the
+    card's settings instead of typing a frame lr (``tests/test_recipe.py`` checks the card itself)."""
+    cells = _cells("use_in_your_model")
+    card = next(i for i, c in enumerate(cells) if "recipe.card_html(recipe.recipes())" in _source(c)
+                or "recipe.card_html(RECIPES)" in _source(c))
+    convert = next(i for i, c in enumerate(cells) if re.search(r"^## Convert$", _source(c), re.M))
+    assert card < convert, "use_in_your_model: the card must come before the first section"
+    built = next(_source(c) for c in cells if "optimizer = StiefelAdam(groups" in _source(c))
+    assert "VIT.frame_lr" in built and not re.search(r'"lr":\s*[0-9.]', built), built

@@ -33,7 +33,8 @@ from tests.counterfactual import PAIRS, execute_chapters, swap_outcomes
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
-CHAPTERS = ("intro", "grokking", "cifar")
+CHAPTERS = ("intro", "grokking", "cifar", "appendix_grokking", "appendix_cifar")
+"""The chapters that state results, and the appendix pages that hold the rest of their studies."""
 
 DIRECTION = re.compile(r"\b(higher|lower|sooner|later|earlier|faster|slower|fewer|larger|smaller|better|worse|"
                        r"beats?|trails?|leads?|lags?|ahead|behind|gains?|loses?|towards|exceeds?|helps?|hurts?|narrows?|"
@@ -302,7 +303,7 @@ def test_verdicts_follow_the_exchanged_outcomes(runs, chapter):
     real, swapped = ({k: v for c in r[w].cells if c.cell_type == "code" for k, v in _boxes(c).items()}
                      for w in ("real", "swapped"))
     must = _flipping_claims() & set(real)
-    assert must or chapter == "intro", f"{chapter}: no verdict about an exchanged pair"
+    assert must or chapter == "intro" or chapter.startswith("appendix_"), f"{chapter}: no verdict about an exchanged pair"
     # a verdict changes its word, or, where the word stays (not resolved, mixed), its numbers
     same = [k for k in must if real[k][0] == swapped[k][0] and (real[k][0] not in ("not resolved", "mixed")
                                                                 or real[k][1] == swapped[k][1])]

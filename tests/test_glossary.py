@@ -112,8 +112,9 @@ def first_uses() -> dict[str, tuple[str, bool, str]]:
 def test_reading_order_is_the_parts_and_the_appendix():
     assert [p.stem for p in reading_order()] == ["stiefel_manifold", "retractions", "riemannian_adam", "manifold_muon",
                                                  "stiefel_attention", "weight_decay", "grokking", "cifar",
-                                                 "language_model", "use_in_your_model", "which_tool", "api",
-                                                 "how_we_test", "appendix_comparisons", "appendix_language_model"]
+                                                 "language_model", "use_in_your_model", "production", "which_tool",
+                                                 "api", "how_we_test", "appendix_grokking", "appendix_cifar",
+                                                 "appendix_language_model", "appendix_comparisons"]
 
 
 def test_the_glossary_reader_finds_entries_and_aliases():

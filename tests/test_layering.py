@@ -25,7 +25,7 @@ LAYERS = {
     "projection": 2, "convert": 2, "hf": 2,
     "experiments": 3,
     "evidence": 4,
-    "widgets": 5, "plots": 5, "forest": 5, "retraction_view": 5, "muon_view": 5,
+    "widgets": 5, "plots": 5, "forest": 5, "retraction_view": 5, "muon_view": 5, "recipe": 5, "study_figures": 5,
 }
 PRIVATE_LAYER = 1  # a private module not in the table (``_name``) is a kernel beside the optimizer
 

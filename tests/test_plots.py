@@ -51,35 +51,6 @@ def test_step_pipeline_has_the_five_stages_in_order_and_the_geometric_ones_fille
     plt.close(fig)
 
 
-def _hist(shift):
-    steps = [0, 500, 1000, 5000, 12000, 20000]
-    return {"history": {"step": steps, "train_acc": [0, 0.5, 1, 1, 1, 1], "val_acc": [0, 0, 0, 0.2, 0.96 - shift, 1],
-                        "train_loss": [5, 1, 0.1, 0.05, 0.01, 0.01], "val_loss": [5, 8, 9, 6, 0.5, 0.1]}}
-
-
-def test_peer_curve_figure_draws_four_lines_per_run_and_every_phase():
-    from stiefel_mini.experiments.grokking.peer_curve import NANDA_PHASES
-
-    runs = {"adamw": {0: _hist(0), 1: _hist(0.1)}, "stiefel_learned": {0: _hist(0.2)}}
-    fig, axes = plots.peer_curve_figure(runs, NANDA_PHASES, {"adamw": "C0", "stiefel_learned": "C1"})
-    n_runs = 3
-    assert len(axes[0].lines) == 2 * n_runs + len(NANDA_PHASES) + 2  # test, train per run; phase ends; legend keys
-    assert len(axes[1].lines) == 2 * n_runs + len(NANDA_PHASES)
-    assert [t.get_text() for t in axes[0].texts] == [name for name, _, _ in NANDA_PHASES]
-    plt.close(fig)
-
-
-def test_one_run_figure_shows_every_gap_and_every_dip():
-    from stiefel_mini.experiments.grokking.one_run import one_run_gaps
-
-    base = {s: _hist(0)["history"] for s in range(3)}
-    arm = {s: _hist(0.5 * s)["history"] for s in range(3)}
-    res = one_run_gaps(base, arm, step=12000)
-    fig, (ax_gap, ax_dip) = plots.one_run_figure(res, ("AdamW", "Stiefel"))
-    assert [len(c.get_offsets()) for c in ax_gap.collections] == [3, 6]
-    assert [len(c.get_offsets()) for c in ax_dip.collections] == [3, 3]
-    plt.close(fig)
-
 
 DIAGRAMS = [attention_head_diagram, step_pipeline_diagram]
 PHONE_COLUMN_PX = 368  # the article column at a 400 px wide screen (measured in the built book)
@@ -180,3 +151,31 @@ def test_logit_growth_figure_draws_each_arms_seed_means_against_its_own_lr(narro
     with pytest.raises(ValueError, match="no lr curve for arms"):
         plots.logit_growth_figure(curves, {"A5": "frozen"})
     plt.close("all")
+
+
+def test_every_arm_of_every_study_has_its_optimizers_colour_and_optimizers_never_share_one():
+    from stiefel_mini.evidence.words import ARM_NAMES
+    from stiefel_mini.experiments.cifar.config import ALL_ARMS
+    from stiefel_mini.experiments.grokking.config import SWEEPS
+    from stiefel_mini.experiments.lm.studies import ROUND2, ROUND3
+
+    assert len(set(plots.OPTIMIZER_COLORS.values())) == len(plots.OPTIMIZER_COLORS)
+    arms = {*ARM_NAMES, *ALL_ARMS, *(a for study in (ROUND2, ROUND3) for a, _ in study.arms), *(a for s in SWEEPS.values() for a in s.arms), "adamw_nodecay_qk"}
+    colour = {a: plots.optimizer_color(a) for a in arms}  # raises for an arm of no known optimizer
+    same = {"AdamW": ("A0", "adamw", "A0'", "A4", "adamw_nodecay_qk", "adamw_scaled_qk", "adamw_family"),
+            "StiefelAdam": ("A1", "stiefel", "stiefel_learned", "stiefel_scale", "A7", "stiefel_nocap"),
+            "StiefelMuon": ("stiefel_muon", "stiefel_muon_scale"), "QK-norm": ("qknorm", "adamw_qknorm"),
+            "frozen frames": ("A3", "frozen", "frozen_learned"), "Muon": ("muon", "muon_family")}
+    for optimizer, members in same.items():
+        assert {colour[a] for a in members} == {plots.OPTIMIZER_COLORS[optimizer]}, optimizer
+    assert plots.optimizer_color("StiefelAdam") == colour["A1"] != colour["A0"] != colour["muon"]
+    with pytest.raises(ValueError, match="no colour for arm"):
+        plots.optimizer_color("sgd")
+
+
+def test_the_lr_figure_draws_each_arm_in_its_optimizers_colour():
+    curves = [_curve("A0", "lr", [(1e-3, 10.0, 0.5)]), _curve("A1", "frame_lr", [(0.01, 8.0, 0.51)])]
+    fig, axes = plots.logit_growth_figure(curves, {"A1": "StiefelAdam", "A0": "AdamW"})
+    assert [line.get_color() for line in axes[0].get_lines()] == [plots.optimizer_color("A1"),
+                                                                  plots.optimizer_color("A0")]
+    plt.close(fig)

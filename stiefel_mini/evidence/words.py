@@ -135,6 +135,7 @@ ARM_NAMES = {
     "stiefel_canonical": "StiefelAdam with the canonical projector",
     "stiefel_noproj": "StiefelAdam without the tangent projection", "stiefel_nocap": "StiefelAdam without the trust cap",
     "adamw_family": "the better AdamW", "muon_family": "the better Muon",
+    "all_stiefel": "StiefelMuon on every hidden matrix",
 }
 """Each arm's name for a reader (an arm not listed is named by its code)."""
 

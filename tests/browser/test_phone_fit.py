@@ -185,6 +185,28 @@ def test_no_word_in_a_table_is_broken(fresh_visit, page, width):
 
 
 def test_a_table_too_wide_for_a_phone_becomes_cards(fresh_visit):
-    """The grokking chapter's arms table (four columns of prose) stacks as cards at 400 px only."""
-    found = fresh_visit("book/grokking.html", 400).page.evaluate(BROKEN_JS)
+    """The grokking appendix's arms table (four columns of prose) stacks as cards at 400 px only."""
+    found = fresh_visit("book/appendix_grokking.html", 400).page.evaluate(BROKEN_JS)
     assert found["cards"] >= 1, found
+
+
+# A figure's text on a phone: the book's figures are SVG drawn with no font under 9 pt (book/matplotlibrc),
+# 12 px at natural size; shrunk to the column they may lose at most a third, so that no label falls under
+# 8 px. A figure wider than that allows has a narrow variant (plots.responsive), shown below 520 px.
+SMALLEST_FONT_PX = 9 * 96 / 72
+FIGURES_JS = r"""() => Array.from(document.querySelectorAll('article.bd-article img'))
+    .filter(img => img.checkVisibility() && img.naturalWidth > 0
+                   && /(\.svg$|^data:image\/svg)/.test(img.getAttribute('src') || ''))
+    .map(img => ({alt: img.getAttribute('alt') || (img.getAttribute('src') || '').slice(-40),
+                  scale: img.getBoundingClientRect().width / img.naturalWidth}))"""
+FIGURE_PAGES = [f"book/{name}.html" for name in
+                ("grokking", "cifar", "appendix_grokking", "appendix_cifar", "weight_decay")]
+
+
+@pytest.mark.parametrize("page", FIGURE_PAGES)
+def test_figures_keep_every_label_at_8_px_or_more_on_a_phone(visit, page):
+    figures = visit(page, 400).page.evaluate(FIGURES_JS)
+    assert figures, f"{page}: no figure found"
+    small = [f"{f['alt']} (shown at {f['scale']:.2f}x: {f['scale'] * SMALLEST_FONT_PX:.1f} px)" for f in figures
+             if f["scale"] * SMALLEST_FONT_PX < 8]
+    assert not small, f"{page} at 400 px: figures whose 9 pt labels fall under 8 px: {small}"

@@ -114,7 +114,7 @@ def test_the_peer_curve_says_how_many_seeds_never_reached_95(visit):
           for a in ("adamw", "stiefel_learned")}
     seeds = sorted(set(by["adamw"]) & set(by["stiefel_learned"]))
     never = sum(by["stiefel_learned"][s] is None for s in seeds)
-    text = " ".join(visit("book/grokking.html").page.evaluate(MAIN_JS).split())
+    text = " ".join(visit("book/appendix_grokking.html").page.evaluate(MAIN_JS).split())
     want = (f"stiefel_learned never reached 95% test accuracy within {nanda['base_config']['steps']:,} steps on "
             f"{never} of {len(seeds)} seeds")
     assert (want in text) == (never > 0), want

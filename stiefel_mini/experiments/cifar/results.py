@@ -21,7 +21,7 @@ from stiefel_mini.experiments.stats import compare, holm
 from stiefel_mini.resources import results_path
 
 __all__ = ["run_key", "groups", "summary_table", "load_studies", "study_status", "STUDY_NAMES", "study_plan",
-           "direction", "lead_text"]
+           "chosen_settings", "direction", "lead_text"]
 
 STUDY_NAMES: dict[str, str] = {
     "cpu": "the first study",
@@ -216,6 +216,29 @@ def study_plan(res: dict) -> dict:
         "epochs": sorted({round(h["steps_total"] / (h["n_train"] // batch), 1) for h in runs}) if batch else [],
         "settings": settings,
     }
+
+
+def chosen_settings(res: dict, arm: str = "A1") -> dict:
+    """The settings ``arm`` ran at in a study of one setting per arm (the fitted study), as its runs
+    and the file's ``settings`` record them.
+
+    ``{"lr", "frame_lr", "max_step", "warmup_share", "epochs", "batch_size", "betas", "weight_decay",
+    "logit_scale"}``: ``lr`` of the weights outside Q/K and ``frame_lr`` of the frames from the runs,
+    the rest from ``settings``; ``warmup_share`` is the warm-up's share of the run
+    (``warmup_epochs / epochs``). Raises ``ValueError`` where ``arm`` has no run, or runs at more
+    than one lr or frame lr (a sweep, whose best is not a single setting).
+    """
+    plan = study_plan(res)
+    if arm not in plan["arms"]:
+        raise ValueError(f"{arm} has no run in this file; its arms: {sorted(plan['arms'])}")
+    a, s = plan["arms"][arm], res["settings"]
+    if len(a["lrs"]) != 1 or len(a["frame_lrs"]) > 1:
+        raise ValueError(f"{arm} ran at lrs {a['lrs']} and frame lrs {a['frame_lrs']}: not one setting; "
+                         "read a sweep's best with the evidence layer's lr curves instead")
+    return {"lr": a["lrs"][0], "frame_lr": a["frame_lrs"][0] if a["frame_lrs"] else None,
+            "max_step": s["max_step"], "warmup_share": s["warmup_epochs"] / s["epochs"], "epochs": s["epochs"],
+            "batch_size": s["batch_size"], "betas": tuple(s["betas"]), "weight_decay": s["weight_decay"],
+            "logit_scale": s["logit_scale"]}
 
 
 def direction(x: float, up: str, down: str, level: str = "level with") -> str:

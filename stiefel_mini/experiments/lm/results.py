@@ -28,7 +28,7 @@ __all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "THROUGHPUT2_FILE", "TOKENIZER_META"
            "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
            "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_runs", "round2_sweep_rows",
            "sharpness", "ROUND3_FILE", "load_round3", "round3_runs", "round3_progress", "PHASE_NAMES",
-           "progress_sentence"]
+           "progress_sentence", "SHARED_SETTINGS", "chosen_settings"]
 
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
@@ -321,6 +321,27 @@ def round3_progress(payload: dict | None) -> dict:
             for arm, by in sweep.items()}
     done = sum(r["steps"] / ROUND3.steps for r in runs)
     return {"finished": finished, "done": done, "remaining": state.remaining, "best": state.best, "sweep": rows}
+
+
+SHARED_SETTINGS = ("betas", "weight_decay", "momentum", "final_lr_frac", "grad_clip", "steps")
+"""The settings every arm of the third study shares (its ``base_config``): the rest of a recipe."""
+
+
+def chosen_settings(payload: dict | None) -> dict[str, dict]:
+    """The settings the third study chose for each of its arms, as it ran them on the paired seeds.
+
+    ``{arm: {**best, **shared}}``: ``best`` the arm's settings at its best ``scale_lr``
+    (:func:`~stiefel_mini.experiments.lm.plans.plan` of :data:`~stiefel_mini.experiments.lm.studies.ROUND3`:
+    ``lr``, ``warmup_frac``, ``scale_lr`` and ``frame_lr`` with ``max_step`` for ``stiefel_scale``,
+    ``muon_lr`` and ``per_head`` for ``stiefel_muon_scale``), ``shared`` the :data:`SHARED_SETTINGS` of
+    the file's ``base_config``;
+    an arm whose sweep is not complete is left out (``{}`` without the file).
+    """
+    if not payload:
+        return {}
+    base = payload["base_config"]
+    shared = {k: (tuple(base[k]) if isinstance(base[k], list) else base[k]) for k in SHARED_SETTINGS}
+    return {arm: {**best, **shared} for arm, best in plan(ROUND3, payload["runs"]).best.items()}
 
 
 PHASE_NAMES = {"sweep": "sweep runs", "paired": "runs on the paired seeds",

@@ -151,6 +151,24 @@ def test_study_plan_reads_the_runs_not_the_top_level_provenance():
     assert old["arms"]["A1"]["lrs"] == [1e-3] and old["epochs"] == [6.0]
 
 
+def test_chosen_settings_read_one_arms_setting_and_refuse_a_sweep():
+    settings = {"batch_size": 128, "max_step": 0.1, "warmup_epochs": 1.0, "epochs": 10, "betas": [0.9, 0.999],
+                "weight_decay": 0.05, "logit_scale": "fixed", "lr": 1e-3, "frame_lr": None}
+    runs = [rec("A1", s, 0.6, lr=3e-3, frame_lr=1.0, frac=1.0) for s in (0, 1)]
+    runs += [rec("A0", s, 0.5, lr=3e-3, frac=1.0) for s in (0, 1)]
+    for h in runs:
+        h.update(n_train=50_000, steps_total=3900)
+    got = cifar_results.chosen_settings({"settings": settings, "runs": runs})
+    assert got == {"lr": 3e-3, "frame_lr": 1.0, "max_step": 0.1, "warmup_share": 0.1, "epochs": 10,
+                   "batch_size": 128, "betas": (0.9, 0.999), "weight_decay": 0.05, "logit_scale": "fixed"}
+    assert cifar_results.chosen_settings({"settings": settings, "runs": runs}, "A0")["frame_lr"] is None
+    with pytest.raises(ValueError, match="A3 has no run"):
+        cifar_results.chosen_settings({"settings": settings, "runs": runs}, "A3")
+    runs.append({**runs[0], "seed": 2, "frame_lr": 0.3})
+    with pytest.raises(ValueError, match="not one setting"):
+        cifar_results.chosen_settings({"settings": settings, "runs": runs})
+
+
 def test_direction_and_lead_text_take_their_words_from_the_sign():
     assert [cifar_results.direction(x, "higher", "lower", "level") for x in (0.3, -0.3, 0.0)] == \
         ["higher", "lower", "level"]

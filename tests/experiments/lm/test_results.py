@@ -225,3 +225,18 @@ def test_round3_progress_and_runs_read_its_sweep_and_its_paired_seeds():
     assert got["done"] == 11  # 11 runs of the study's 800 steps
     with pytest.raises(ValueError, match="unknown arm"):
         lm_results.round3_runs(payload, "stiefel")
+
+
+def test_chosen_settings_are_each_arms_best_with_the_shared_settings():
+    sweep = [{**p, "val_bpb": 1.6 + 0.01 * (p["scale_lr"] != 0.1)} for p in plan(ROUND3, []).ready]
+    base = {"betas": [0.9, 0.95], "weight_decay": 0.1, "momentum": 0.95, "final_lr_frac": 0.1, "grad_clip": 1.0,
+            "steps": 800, "lr": 9.0}  # the base lr is not the chosen one
+    got = lm_results.chosen_settings({"base_config": base, "runs": sweep})
+    assert set(got) == {"stiefel_scale", "stiefel_muon_scale"}
+    assert got["stiefel_scale"] == {**dict(ROUND3.tunings[0].start), "scale_lr": 0.1, "betas": (0.9, 0.95),
+                                    "weight_decay": 0.1, "momentum": 0.95, "final_lr_frac": 0.1, "grad_clip": 1.0,
+                                    "steps": 800}
+    assert got["stiefel_muon_scale"]["muon_lr"] == dict(ROUND3.tunings[1].start)["muon_lr"]
+    one = [r for r in sweep if r["arm"] == "stiefel_scale"]  # the other arm's sweep not run yet
+    assert set(lm_results.chosen_settings({"base_config": base, "runs": one})) == {"stiefel_scale"}
+    assert lm_results.chosen_settings(None) == {}
