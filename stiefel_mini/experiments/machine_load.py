@@ -119,7 +119,7 @@ def load_sentence(record: dict) -> str:
                      "at a lower priority)")
     text += "."
     if overloaded(load):
-        text += (f" **Measured under load:** the load average was above the {load['cores']} cores, so other work "
+        text += (f" Measured under load: the load average was above the {load['cores']} cores, so other work "
                  "competed for them: these times are longer than on an idle machine and their ratios noisier; "
                  "remeasure on an idle machine before relying on them.")
     return text
