@@ -402,9 +402,9 @@ class StiefelAdam(torch.optim.Optimizer):
         beta1, beta2 = group["betas"]
         options = dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"], max_step=group["max_step"],
                        retraction=group["retraction"])
-        if group["second_moment"] == "frame" and group["projector"] == "euclidean":
+        if group["second_moment"] == "frame" and group["projector"] == "euclidean":  # (W', m', v', ok)
             new = default_frame_update(*bucket.inputs(ps, states), **options, buffers=bucket.buffers())
-        else:
+        else:  # (W', m', v'): BucketUpdate reads W' for ok
             new = stiefel_adam_frame_update(*bucket.inputs(ps, states), **options,
                                             second_moment=group["second_moment"], projector=group["projector"])
         return BucketUpdate(index, ps, states, bucket, *new)
