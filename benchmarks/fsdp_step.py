@@ -22,7 +22,9 @@ Times are the best round per rank; the ratio ``sharded / unsharded`` is the medi
 the ratio within a round, with its range. Frames are updated with no communication besides the
 check, so the frame rule's ratio should be about ``1 / N`` (each rank holds ``1 / N`` of the heads)
 plus the check's share.
-``--out PATH`` writes every round's time and the run's provenance to a JSON file.
+``--out PATH`` writes every round's time, the run's provenance and the load it ran under (each rank's
+:class:`~stiefel_mini.experiments.machine_load.LoadMeter`, combined: the CPU of all ranks is the benchmark's) to
+a JSON file.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import torch.nn.functional as F
 from stiefel_mini import StiefelAdam, param_groups
 from stiefel_mini._distributed import all_true
 from stiefel_mini.experiments import stats
+from stiefel_mini.experiments.machine_load import LoadMeter
 from stiefel_mini.experiments.records import provenance, save_results
 from stiefel_mini.vit import PatchViT
 
@@ -152,21 +155,37 @@ def run(args: argparse.Namespace, cuda: bool) -> dict:
               "the per-round ratio with its range\n")
         print(f"| width | rank | step | world size 1, ms | world size {world}, ms | ratio {world} / 1 |")
         print("|---|---|---|---|---|---|")
-    for width in args.widths:
-        everyone = [None] * world
-        dist.all_gather_object(everyone, time_width(width, args, device, rank, mesh))
-        record["timing"].append({"width": width, "seconds_per_step": everyone})
-        if rank != 0:
-            continue
-        for r, t in enumerate(everyone):
-            for what in ("frame rule", "StiefelAdam", "AdamW"):
-                one, many = t[f"{what}/unsharded"], t[f"{what}/sharded"]
-                print(f"| {width} | {r} | {what} | {min(one) * 1e3:.2f} | {min(many) * 1e3:.2f} | "
-                      f"{stats.paired_ratio_text(many, one)} |", flush=True)
-            print(f"| {width} | {r} | its check alone | | {min(t['check/sharded']) * 1e3:.2f} | |", flush=True)
-        if args.out:
-            save_results(args.out, record)
+    with LoadMeter() as meter:
+        for width in args.widths:
+            everyone = [None] * world
+            dist.all_gather_object(everyone, time_width(width, args, device, rank, mesh))
+            record["timing"].append({"width": width, "seconds_per_step": everyone})
+            if rank != 0:
+                continue
+            for r, t in enumerate(everyone):
+                for what in ("frame rule", "StiefelAdam", "AdamW"):
+                    one, many = t[f"{what}/unsharded"], t[f"{what}/sharded"]
+                    print(f"| {width} | {r} | {what} | {min(one) * 1e3:.2f} | {min(many) * 1e3:.2f} | "
+                          f"{stats.paired_ratio_text(many, one)} |", flush=True)
+                print(f"| {width} | {r} | its check alone | | {min(t['check/sharded']) * 1e3:.2f} | |", flush=True)
+            if args.out:
+                save_results(args.out, record)
+    loads = [None] * world
+    dist.all_gather_object(loads, meter.record)
+    record["load"] = ranks_load(loads)
+    if rank == 0 and args.out:
+        save_results(args.out, record)
     return record
+
+
+def ranks_load(loads: list[dict]) -> dict:
+    """The load of the whole run from each rank's :class:`LoadMeter` record: rank 0's, with the CPU
+    of every rank as the benchmark's and the rest of the machine's CPU without the other ranks."""
+    ours = sum(load["process_cores"] for load in loads)
+    other = loads[0]["other_cores"]
+    if other is not None:
+        other = round(max(0.0, other - (ours - loads[0]["process_cores"])), 2)
+    return {**loads[0], "process_cores": round(ours, 2), "other_cores": other}
 
 
 def time_width(width: int, args: argparse.Namespace, device: str, rank: int, mesh) -> dict[str, list[float]]:

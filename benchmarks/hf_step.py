@@ -13,7 +13,8 @@ same projection modules with plain weights, AdamW on everything), separates the 
 the Q/K weight from the frames' from that of the frame rule. Rounds are interleaved, in alternating
 order (so that no arm always runs first); a time is the best round, a ratio the median over rounds
 of the per-round ratio, with its range. Target (issue 37): converted within 1.10x of the original.
-``--out PATH`` writes the times and the provenance.
+``--out PATH`` writes the times, the provenance and the load the run was measured under
+(:class:`~stiefel_mini.experiments.machine_load.LoadMeter`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch import nn
 
 from stiefel_mini import StiefelAdam, convert_attention, param_groups
 from stiefel_mini.experiments import stats
+from stiefel_mini.experiments.machine_load import LoadMeter
 from stiefel_mini.experiments.records import provenance, save_results
 
 
@@ -112,20 +114,23 @@ def main(argv: list[str] | None = None) -> dict:
     print("| model | original (AdamW) | converted (StiefelAdam) | converted, AdamW | converted / original "
           "| converted, AdamW / original |")
     print("|---|---|---|---|---|---|")
-    for name in args.models:
-        arms = {a: arm(a, MODELS[name], args.width, args.depth, args.heads) for a in ARMS}
-        for a in ARMS:
-            time_steps(*arms[a], 1)  # warm-up: first-call allocations, optimizer state
-        times: dict[str, list[float]] = {a: [] for a in ARMS}
-        for r in range(args.rounds):
-            # The order alternates (A B C, C B A, ...), so that an arm gains nothing from its place.
-            for a in ARMS if r % 2 == 0 else ARMS[::-1]:
-                times[a].append(time_steps(*arms[a], args.steps))
-        best = {a: 1e3 * min(t) for a, t in times.items()}
-        print(f"| {name} | {best['original']:.1f} | {best['converted']:.1f} | {best['converted, AdamW']:.1f} | "
-              f"{stats.paired_ratio_text(times['converted'], times['original'])} | "
-              f"{stats.paired_ratio_text(times['converted, AdamW'], times['original'])} |")
-        record["timing"].append({"model": name, "seconds_per_step": times})
+    with LoadMeter() as meter:
+        for name in args.models:
+            arms = {a: arm(a, MODELS[name], args.width, args.depth, args.heads) for a in ARMS}
+            for a in ARMS:
+                time_steps(*arms[a], 1)  # warm-up: first-call allocations, optimizer state
+            times: dict[str, list[float]] = {a: [] for a in ARMS}
+            for r in range(args.rounds):
+                # The order alternates (A B C, C B A, ...), so that an arm gains nothing from its place.
+                for a in ARMS if r % 2 == 0 else ARMS[::-1]:
+                    times[a].append(time_steps(*arms[a], args.steps))
+            best = {a: 1e3 * min(t) for a, t in times.items()}
+            print(f"| {name} | {best['original']:.1f} | {best['converted']:.1f} | {best['converted, AdamW']:.1f} | "
+                  f"{stats.paired_ratio_text(times['converted'], times['original'])} | "
+                  f"{stats.paired_ratio_text(times['converted, AdamW'], times['original'])} |")
+            record["timing"].append({"model": name, "seconds_per_step": times})
+    record["load"] = meter.record
+    print(f"\nload: {meter.record}")
     if args.out:
         save_results(args.out, record)
     return record

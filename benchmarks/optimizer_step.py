@@ -2,14 +2,17 @@
 
     python benchmarks/optimizer_step.py --threads 2    # widths 256 and 512, depth 6, 4 heads
     python benchmarks/optimizer_step.py --rounds 3 --drift-steps 1000   # a quick look
+    python benchmarks/optimizer_step.py --no-others --baseline 9162160^ --drift-steps 0   # against an older StiefelAdam
     python benchmarks/optimizer_step.py --device cuda --widths 256 512 1024 --dtype bfloat16
 
 Every optimizer steps the same parameters with the same fixed gradients. Rounds are interleaved
-(A, B, C, A, B, C, ...) so that a change in machine load hits all of them alike; each time is the
-best round, and each ratio between two optimizers is the median over rounds of the ratio of their
-times in that round, with its range over rounds in brackets (a paired comparison: a slow round
-slows both). Ratios in the time columns are to ``torch.optim.AdamW`` (torch's default
-implementation) in the same run. Columns:
+in alternating order (A, B, C, C, B, A, ...) so that a change in machine load hits all of them
+alike; each time is the best round, and each ratio between two optimizers is the median over rounds
+of the ratio of their times in that round, with its range over rounds in brackets (a paired
+comparison: a slow round slows both). Ratios in the time columns are to ``torch.optim.AdamW``
+(torch's default implementation) in the same run. The tables use wall-clock time; the results file
+also keeps each round's CPU time of the process, which other work on a shared machine inflates
+less. Columns:
 
 * ``AdamW``: ``torch.optim.AdamW`` on every parameter, frames included;
 * ``StiefelAdam``: the Q/K frames in one ``stiefel=True`` group, AdamW on the rest;
@@ -17,21 +20,36 @@ implementation) in the same run. Columns:
 * ``geoopt``: ``geoopt.optim.RiemannianAdam`` with the frames on ``geoopt.Stiefel()``;
 * ``floor``: AdamW's step plus the five batched products of the frame shape that the frame rule
   needs (``W^T G``, ``W^T M``, ``W S``, ``Y^T Y``, ``Y Z``), the arithmetic no implementation of
-  the rule can skip.
+  the rule can skip;
+* ``StiefelAdam@REV`` (with ``--baseline REV``): ``StiefelAdam`` as it was at git commit ``REV``,
+  that commit's ``stiefel_mini`` extracted with ``git archive`` and imported beside this one, on
+  the same groups, so that a change to the step is measured against the step before it in one run.
 
-POGO and geoopt are optional (``pip install -e '.[bench]'``); a missing one's column is left out.
-``--out PATH`` also writes every round's time, the drift table and the run's provenance (command,
-commit, versions, device, threads) to a JSON file; the "Which tool should I use?" chapter reads
-``results/benchmarks/optimizer_step.json``.
+POGO and geoopt are optional (``pip install -e '.[bench]'``); a missing one's column is left out,
+and so is geoopt's where torch's batched ``torch.linalg.solve``, which its Stiefel step calls on
+``n x n`` systems, gives wrong results at this width and thread count (torch 2.14.1's CPU build does
+above about 160 x 160 with 2 threads; the script checks before it times, and says so).
+``--out PATH`` also writes every round's time, the drift table, the run's provenance (command,
+commit, versions, device, threads) and the load the timing ran under
+(:class:`~stiefel_mini.experiments.machine_load.LoadMeter`) to a JSON file; the "Which tool should
+I use?" chapter reads ``results/benchmarks/optimizer_step.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import importlib
 import importlib.metadata
 import importlib.util
+import io
 import platform
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -39,7 +57,12 @@ from torch import nn
 
 from stiefel_mini import StiefelAdam, StiefelSelfAttention, orthogonality_error, param_groups
 from stiefel_mini.experiments import stats
+from stiefel_mini.experiments.machine_load import LoadMeter
 from stiefel_mini.experiments.records import provenance, save_results
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINES: dict[str, object] = {}
+"""``StiefelAdam@REV`` column name -> that commit's ``stiefel_mini.optim`` module (:func:`load_baseline`)."""
 
 
 class Block(nn.Module):
@@ -102,12 +125,40 @@ class Floor:
         torch.bmm(Y, A, out=Y)  # Y Z
 
 
+def load_baseline(rev: str) -> str:
+    """Import ``StiefelAdam``'s module as it was at git commit ``rev``; returns its column name.
+
+    That commit's ``stiefel_mini`` is extracted with ``git archive`` into a temporary folder, under
+    the name ``stiefel_mini_<commit>`` with an empty ``__init__``, so that only the optimizer and the
+    modules it imports (relatively) load, beside this checkout's package.
+    """
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        archive = subprocess.run(["git", "archive", sha, "stiefel_mini"], cwd=ROOT, capture_output=True,
+                                 check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise SystemExit(f"--baseline {rev}: not a commit of this repository's git history ({err})") from err
+    folder = tempfile.TemporaryDirectory(prefix="optimizer_step_baseline_")
+    atexit.register(folder.cleanup)
+    package = f"stiefel_mini_{sha[:7]}"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder.name, filter="data")
+    (Path(folder.name) / "stiefel_mini").rename(Path(folder.name) / package)
+    (Path(folder.name) / package / "__init__.py").write_text("")
+    sys.path.insert(0, folder.name)
+    name = f"StiefelAdam@{sha[:7]}"
+    BASELINES[name] = importlib.import_module(f"{package}.optim")
+    return name
+
+
 def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
     """The optimizers under test, all at lr 1e-3 (frames at 1e-2)."""
     if name == "AdamW":
         return torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
-    if name == "StiefelAdam":
-        return StiefelAdam(param_groups(model, weight_decay=0.1, frame_options={"lr": 1e-2}), lr=1e-3)
+    if name == "StiefelAdam" or name in BASELINES:
+        cls = StiefelAdam if name == "StiefelAdam" else BASELINES[name].StiefelAdam
+        return cls(param_groups(model, weight_decay=0.1, frame_options={"lr": 1e-2}), lr=1e-3)
     if name == "floor":
         return Floor(model)
     if name == "POGO":
@@ -148,27 +199,32 @@ def sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_steps(opt: torch.optim.Optimizer, steps: int, device: str) -> float:
+def time_steps(opt: torch.optim.Optimizer, steps: int, device: str) -> tuple[float, float]:
+    """Wall-clock and CPU seconds (this process's, all threads) per step, over ``steps`` steps."""
     sync(device)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         opt.step()
     sync(device)
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
 
 
-def bench_step(names: list[str], width: int, args: argparse.Namespace) -> dict[str, list[float]]:
-    """Seconds per step of each optimizer, one entry per interleaved round."""
+def bench_step(names: list[str], width: int, args: argparse.Namespace) -> tuple[dict, dict]:
+    """Wall-clock and CPU seconds per step of each optimizer, one entry per interleaved round (in
+    alternating order, so that no optimizer always runs right after the same one)."""
     dtype = getattr(torch, args.dtype)
     opts = {name: build(name, make_model(width, args.depth, args.heads, device=args.device, dtype=dtype))
             for name in names}
     for opt in opts.values():  # warm-up: state allocation and first-call dispatch
         time_steps(opt, 3, args.device)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for _ in range(args.rounds):
-        for name, opt in opts.items():
-            times[name].append(time_steps(opt, args.steps, args.device))
-    return times
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            w, c = time_steps(opts[name], args.steps, args.device)
+            wall[name].append(w)
+            cpu[name].append(c)
+    return wall, cpu
 
 
 def drift(name: str, steps: int, width: int, heads: int, device: str) -> tuple[float, float]:
@@ -202,6 +258,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="parameter dtype")
     ap.add_argument("--no-others", action="store_true",
                     help="leave out POGO and geoopt (only AdamW, StiefelAdam and the floor)")
+    ap.add_argument("--baseline", nargs="+", default=[], metavar="REV",
+                    help="also time StiefelAdam as it was at these git commits (columns StiefelAdam@REV)")
     ap.add_argument("--out", default=None, help="also write the measurements and their provenance to this JSON file")
     args = ap.parse_args(argv)
     for width in args.widths:
@@ -211,23 +269,29 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    names = ["AdamW", "StiefelAdam"]
+    names, left_out = ["AdamW", "StiefelAdam", *(load_baseline(rev) for rev in args.baseline)], {}
     for name, module in (("POGO", "pogo"), ("geoopt", "geoopt")) if not args.no_others else ():
         if importlib.util.find_spec(module) is None:
-            print(f"{module} not installed: the {name} column is left out (pip install -e '.[bench]')")
+            left_out[name] = f"{module} is not installed (pip install -e '.[bench]')"
+        elif name == "geoopt" and (why := solve_fault(args.widths, args.device)):
+            left_out[name] = why
         else:
             names.append(name)
     names.append("floor")
+    for name, why in left_out.items():
+        print(f"the {name} column is left out: {why}")
 
     where = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else (
         f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}")
     print(f"torch {torch.__version__}, {args.device} ({where}), {args.dtype}")
     record = {
         "provenance": provenance(device=args.device),
-        "settings": {k: getattr(args, k) for k in ("widths", "depth", "heads", "rounds", "steps", "dtype")}
+        "settings": {k: getattr(args, k) for k in ("widths", "depth", "heads", "rounds", "steps", "dtype", "baseline")}
         | {"threads": torch.get_num_threads()},
         "packages": {name: package_version(module) for name, module in (("POGO", "pogo-torch"), ("geoopt", "geoopt"))
                      if name in names},
+        "left_out": left_out,
+        "load": None,
         "timing": [],
         "drift": None,
     }
@@ -237,11 +301,36 @@ def main(argv: list[str] | None = None) -> None:
             save_results(args.out, record)
 
     if not args.skip_timing:
-        timing_table(names, args, record["timing"], save)
+        with LoadMeter() as meter:
+            timing_table(names, args, record["timing"], save)
+        record["load"] = meter.record
+        save()
+        print(f"\nload: {meter.record}")
     if args.drift_steps:
         frames = [2 * args.heads, args.widths[0], args.widths[0] // args.heads]  # (B, n, p) of one block
         record["drift"] = {"steps": args.drift_steps, "frames": frames, "rows": []}
-        drift_table(names, args, record["drift"]["rows"], save)
+        drift_table([n for n in names if n not in BASELINES], args, record["drift"]["rows"], save)
+
+
+def solve_fault(widths: list[int], device: str) -> str | None:
+    """Why geoopt's column cannot be timed here, or ``None``: geoopt's Stiefel step solves batches of
+    ``n x n`` systems with ``torch.linalg.solve``, and torch 2.14.1's CPU build solves such batches
+    wrongly (or raises) above about 160 x 160 with more than one thread. Checked on a batch of four
+    well-conditioned systems at each width, at this run's thread count."""
+    gen = torch.Generator().manual_seed(0)
+    for n in widths:
+        A = (torch.randn(4, n, n, generator=gen) + n**0.5 * torch.eye(n)).to(device)  # (4, n, n)
+        b = torch.randn(4, n, 8, generator=gen).to(device)  # (4, n, 8)
+        try:
+            residual = (torch.linalg.matrix_norm(A @ torch.linalg.solve(A, b) - b) / torch.linalg.matrix_norm(b)).max()
+        except RuntimeError as err:
+            residual, error = None, str(err).splitlines()[0]
+        if residual is None or not residual <= 1e-3:
+            what = f"raises ({error})" if residual is None else f"returns a relative residual of {residual:.1e}"
+            return (f"torch {torch.__version__}'s batched torch.linalg.solve {what} on {n} x {n} systems at "
+                    f"{torch.get_num_threads()} thread(s) on {device}, and geoopt's Stiefel step solves such systems; "
+                    "run with --threads 1 for its column")
+    return None
 
 
 def package_version(dist: str) -> str | None:
@@ -252,21 +341,23 @@ def package_version(dist: str) -> str | None:
 
 
 def timing_table(names: list[str], args: argparse.Namespace, rows: list, save: Callable[[], None]) -> None:
-    others = [n for n in names if n not in ("AdamW", "StiefelAdam", "floor")]
+    ours = ["StiefelAdam", *BASELINES]
+    others = [n for n in names if n not in ("AdamW", "floor", *ours)]
+    pairs = [*((n, "floor") for n in ours), *((n, "StiefelAdam") for n in others),
+             *(("StiefelAdam", n) for n in BASELINES)]
     print(f"one optimizer step, depth {args.depth}, {args.heads} heads, {args.rounds} interleaved rounds of "
           f"{args.steps} steps; ms (best round), and in brackets the ratio to AdamW; the last columns: median "
           "over rounds of the per-round ratio, and its range\n")
-    print("| " + " | ".join(["width", *names, "StiefelAdam / floor", *(f"{n} / StiefelAdam" for n in others)]) + " |")
-    print("|---" * (1 + len(names) + 1 + len(others)) + "|")
+    print("| " + " | ".join(["width", *names, *(f"{a} / {b}" for a, b in pairs)]) + " |")
+    print("|---" * (1 + len(names) + len(pairs)) + "|")
     for width in args.widths:
-        times = bench_step(names, width, args)
-        rows.append({"width": width, "seconds_per_step": times})
+        times, cpu = bench_step(names, width, args)
+        rows.append({"width": width, "seconds_per_step": times, "cpu_seconds_per_step": cpu})
         save()
         best = {n: min(t) for n, t in times.items()}
-        ms = " | ".join(f"{best[n] * 1e3:.2f} ({best[n] / best['AdamW']:.2f}x)" for n in names)
-        vs = " | ".join(stats.paired_ratio_text(times[n], times["StiefelAdam"]) for n in others)
-        cells = [str(width), ms, stats.paired_ratio_text(times["StiefelAdam"], times["floor"]), *([vs] if others else [])]
-        print("| " + " | ".join(cells) + " |", flush=True)
+        ms = [f"{best[n] * 1e3:.2f} ({best[n] / best['AdamW']:.2f}x)" for n in names]
+        ratios = [stats.paired_ratio_text(times[a], times[b]) for a, b in pairs]
+        print("| " + " | ".join([str(width), *ms, *ratios]) + " |", flush=True)
 
 
 def drift_table(names: list[str], args: argparse.Namespace, rows: list, save: Callable[[], None]) -> None:

@@ -131,16 +131,19 @@ class BucketUpdate:
 
     ``ok`` ``(B,)``: per frame, whether its new value is finite. The frame rule returns NaN for a
     frame it refuses (a non-finite gradient, a step the retraction cannot take), so this is the
-    one check a step needs.
+    one check a step needs. The buffered kernel passes the retraction's own verdict, which is that;
+    without it (``ok=None``) the new frames are read once to find it.
     """
 
-    def __init__(self, group_index, ps, states, bucket, W_new, m, v) -> None:
+    def __init__(self, group_index, ps, states, bucket, W_new, m, v, ok: Tensor | None = None) -> None:
         self.group_index, self.ps, self.states, self.bucket = group_index, ps, states, bucket
         self.W_new, self.m, self.v = W_new, m, v
         self.counts = bucket.counts
-        # A frame's sum (its finite entries are at most 1 in size, summed in at least float32) is
-        # non-finite exactly when an entry is, and needs no frame-sized temporary.
-        self.ok = torch.isfinite(W_new.sum(dim=(-2, -1), dtype=torch.promote_types(W_new.dtype, torch.float32)))
+        if ok is None:
+            # A frame's sum (its finite entries are at most 1 in size, summed in at least float32) is
+            # non-finite exactly when an entry is, and needs no frame-sized temporary.
+            ok = torch.isfinite(W_new.sum(dim=(-2, -1), dtype=torch.promote_types(W_new.dtype, torch.float32)))
+        self.ok = ok
 
     def commit(self) -> None:
         for p, w, Wi in zip(self.ps, self.bucket.wides, self.W_new.split(self.counts)):

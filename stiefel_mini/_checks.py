@@ -1,11 +1,13 @@
 """The checks behind :class:`~stiefel_mini.optim.StiefelAdam`'s ``ValueError`` messages: its
-hyperparameters, the tensors of frame groups, and saved state that does not fit a frame."""
+hyperparameters, the tensors of frame groups, saved state that does not fit a frame, and the
+finiteness of the gradients it updates as AdamW."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from . import _distributed as _dt
@@ -45,6 +47,20 @@ def check_saved_frame_state(p: Tensor, saved: Tensor, want: tuple[int, ...], mod
             "torch.distributed.checkpoint.state_dict.set_state_dict, which shards a full state dict "
             "(StateDictOptions(full_state_dict=True)) and reshards a sharded one"
         )
+
+
+def gradient_sums(grads: list[Tensor]) -> Tensor:
+    """One sum per gradient, ``sum_ij g_ij`` in at least float32: ``(len(grads),)``, on the first one's device.
+
+    A NaN or infinite entry makes its gradient's sum non-finite, so ``gradient_sums(grads).isfinite()``
+    tells which gradients are finite in one read pass over each (the cheapest full reduction:
+    ``isfinite(g).all()`` writes a boolean tensor first and took about 20 times as long on a CPU). A
+    finite gradient whose sum overflows (entries near float32's largest, 3.4e38) counts as not finite
+    too. No copy is made of a 16-bit gradient: it is summed in float32 as it is read.
+    """
+    if not grads:
+        return torch.zeros(0)
+    return torch.stack([g.sum(dtype=torch.promote_types(g.dtype, torch.float32)) for g in grads])
 
 
 def check_frame_tensor(p: Tensor) -> None:

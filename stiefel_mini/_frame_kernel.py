@@ -94,16 +94,19 @@ def polar_bound(max_step: float | None, projector: str, dtype: torch.dtype, stor
 
 def default_frame_update(W: Tensor, G: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: Tensor | float, *,
                          lr: float, beta1: float, beta2: float, eps: float, max_step: float | None, retraction: str,
-                         buffers: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+                         buffers: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`~stiefel_mini.optim.stiefel_adam_frame_update` for ``second_moment="frame"`` and
-    ``projector="euclidean"``, written into ``buffers``; the same arguments, results and bits.
+    ``projector="euclidean"``, written into ``buffers``; the same arguments, results and bits, and
+    ``ok``, per frame, whether the retraction took the step: the new frame is finite exactly where it
+    did (a refused frame is NaN), so the optimizer's check needs no further pass over the frames.
 
     ``buffers`` (tensors that alias no input): ``"exp_avg"`` and ``"exp_avg_sq"`` receive the new
     moments and ``"frame"`` the new frames (``None`` for frames stored in 16 bits); ``"scratch"``
     (shaped as ``W``, compute dtype) holds the large intermediates, ``"pp"`` (three ``(B, p, p)``,
     compute dtype) and ``"pp64"`` (one ``(B, p, p)``, float64) the small ones.
 
-    Shapes: W, G, exp_avg ``(B, n, p)``, exp_avg_sq ``(B, 1, 1)`` -> ``(W', m', v')`` shaped as them.
+    Shapes: W, G, exp_avg ``(B, n, p)``, exp_avg_sq ``(B, 1, 1)`` -> ``(W', m', v')`` shaped as them,
+    and ``ok`` ``(B,)``.
     """
     scratch, pp = buffers["scratch"], buffers["pp"]
     store, dtype = W.dtype, compute_dtype(W.dtype)
@@ -133,7 +136,7 @@ def default_frame_update(W: Tensor, G: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
         S = m * coef
     if retraction == "polar":
         bound = polar_bound(max_step, "euclidean", dtype, store)
-        W_new, _ = polar_or_nan(W_plus_S, bound, out=buffers["frame"], work=pp)
+        W_new, ok = polar_or_nan(W_plus_S, bound, out=buffers["frame"], work=pp)
     else:
-        W_new, _ = retract_or_nan(W, S, retraction)
-    return W_new.to(store), m, v
+        W_new, ok = retract_or_nan(W, S, retraction)
+    return W_new.to(store), m, v, ok

@@ -18,7 +18,7 @@ from . import _distributed as _dt
 from ._adamw import adamw_step
 from ._buckets import BucketUpdate, bucket_for, diagnose, init_frame_state, v_state_shape
 from ._checks import PROJECTORS, SECOND_MOMENTS, check_frame_tensor, check_hyperparameters, check_saved_frame_state
-from ._checks import frame_name
+from ._checks import frame_name, gradient_sums
 from ._frame_kernel import cap_factor, compute_dtype, default_frame_update, floor, frobenius_sq, polar_bound
 from ._frame_kernel import second_moment_sample
 from ._numerics import polar_or_nan, retract_or_nan
@@ -351,12 +351,13 @@ class StiefelAdam(torch.optim.Optimizer):
         updates = [u for i, group in enumerate(self.param_groups) for u in self._frame_updates(i, group, mesh)]
         live = [(i, j, p) for i, g in enumerate(self.param_groups) if not g["stiefel"]  # the AdamW parameters
                 for j, p in enumerate(g["params"]) if p.grad is not None and not (is_frame(p) or p.grad.is_sparse)]
-        finite = [_dt.local(p.grad).float().sum().isfinite() for _, _, p in live] or [torch.tensor(True)]  # 1 pass
-        ok = torch.cat([u.ok.flatten().to(finite[0].device) for u in updates] + [torch.stack(finite)]).all()
+        finite = gradient_sums([_dt.local(p.grad) for _, _, p in live]).isfinite()  # (len(live),)
+        oks = [u.ok.flatten() for u in updates]
+        ok = torch.cat([o.to(finite.device) for o in oks] + [finite]).all() if oks else finite.all()
         if not _dt.all_true(ok, mesh if mesh is not None else _dt.mesh_of([p for _, _, p in live])):
             if (bad := next((u for u in updates if not bool(u.ok.all())), None)) is not None:
                 raise diagnose(bad)
-            i, j, p = next((x for x, f in zip(live, finite) if not bool(f)), (None, None, None))
+            i, j, p = next((x for x, f in zip(live, finite.tolist()) if not f), (None, None, None))
             where = "a parameter on another rank" if j is None else f"parameter {j} of param group {i}"
             raise ValueError(f"StiefelAdam: the gradient of {where} is not finite (NaN or inf), or a frame step was "
                              "refused there; no parameter or state was changed on any rank")
@@ -401,9 +402,9 @@ class StiefelAdam(torch.optim.Optimizer):
         beta1, beta2 = group["betas"]
         options = dict(lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"], max_step=group["max_step"],
                        retraction=group["retraction"])
-        if group["second_moment"] == "frame" and group["projector"] == "euclidean":
+        if group["second_moment"] == "frame" and group["projector"] == "euclidean":  # (W', m', v', ok)
             new = default_frame_update(*bucket.inputs(ps, states), **options, buffers=bucket.buffers())
-        else:
+        else:  # (W', m', v'): BucketUpdate reads W' for ok
             new = stiefel_adam_frame_update(*bucket.inputs(ps, states), **options,
                                             second_moment=group["second_moment"], projector=group["projector"])
         return BucketUpdate(index, ps, states, bucket, *new)

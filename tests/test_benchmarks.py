@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from stiefel_mini.experiments import stats
 
@@ -45,6 +46,42 @@ def test_optimizer_step_table_drift_and_results_file(capsys, tmp_path):
     assert all(len(t) == 2 and min(t) > 0 for t in timing["seconds_per_step"].values())
     assert [r["optimizer"] for r in record["drift"]["rows"]] == ["StiefelAdam"]
     assert record["drift"]["frames"] == [4, 32, 16]
+
+
+def test_optimizer_step_times_an_older_stiefel_adam_beside_this_one(capsys, tmp_path):
+    bench = load("optimizer_step")
+    out_file = tmp_path / "step.json"
+    bench.main(["--widths", "16", "--depth", "1", "--heads", "2", "--rounds", "2", "--steps", "1",
+                "--drift-steps", "5", "--no-others", "--threads", "1", "--baseline", "HEAD", "--out", str(out_file)])
+    (name,) = bench.BASELINES
+    assert re.fullmatch(r"StiefelAdam@[0-9a-f]{7}", name)
+    assert bench.BASELINES[name].__name__ != "stiefel_mini.optim"  # that commit's module, not this checkout's
+    out = capsys.readouterr().out
+    assert f"| {name} / floor | StiefelAdam / {name} |" in out
+    record = json.loads(out_file.read_text())
+    assert sorted(record["timing"][0]["seconds_per_step"]) == sorted(["AdamW", "StiefelAdam", name, "floor"])
+    assert sorted(record["timing"][0]["cpu_seconds_per_step"]) == sorted(record["timing"][0]["seconds_per_step"])
+    assert [r["optimizer"] for r in record["drift"]["rows"]] == ["StiefelAdam"]  # the drift of this checkout's only
+    assert record["load"]["process_cores"] > 0 and record["settings"]["baseline"] == ["HEAD"]
+    bench.BASELINES.clear()
+    with pytest.raises(SystemExit, match="not a commit"):
+        bench.main(["--baseline", "no-such-commit", "--no-others"])
+
+
+def test_optimizer_step_leaves_geoopt_out_where_torch_solves_its_systems_wrongly(capsys, monkeypatch, tmp_path):
+    pytest.importorskip("geoopt")
+    bench = load("optimizer_step")
+    assert bench.solve_fault([16], "cpu") is None  # small systems are solved right at any thread count
+    wrong = lambda A, b: torch.zeros_like(b)  # noqa: E731
+    monkeypatch.setattr(torch.linalg, "solve", wrong)
+    why = bench.solve_fault([16], "cpu")
+    assert "relative residual of 1.0e+00 on 16 x 16 systems" in why and "--threads 1" in why
+    out_file = tmp_path / "step.json"
+    bench.main(["--widths", "16", "--depth", "1", "--heads", "2", "--rounds", "1", "--steps", "1",
+                "--drift-steps", "0", "--threads", "1", "--out", str(out_file)])
+    assert "the geoopt column is left out: torch" in capsys.readouterr().out
+    record = json.loads(out_file.read_text())
+    assert "geoopt" not in record["timing"][0]["seconds_per_step"] and record["left_out"]["geoopt"] == why
 
 
 @pytest.mark.parametrize("bad", [["--widths", "30", "--heads", "4"]])
@@ -145,3 +182,13 @@ def test_muon_step_table_and_results_file(capsys, tmp_path):
     assert f["objective_over_converged"]["min"] > 0.99  # the warm-started step is the converged one
     assert f["tangency_max"] < 0.1 and record["training"]["frames"] == 2  # stated, converged or not (max_iter)
     assert set(record["whole_step"]) == {"converted", "unconverted"} and record["ns_precision"]["chosen"]
+
+
+def test_fsdp_step_counts_every_ranks_cpu_as_the_benchmarks():
+    rank = {"cores": 2, "loadavg_before": [1.0] * 3, "loadavg_after": [2.0] * 3, "seconds": 10.0,
+            "other_niced_cores": 0.1}
+    loads = [{**rank, "process_cores": 0.9, "other_cores": 1.0}, {**rank, "process_cores": 0.8, "other_cores": 1.1}]
+    combined = load("fsdp_step").ranks_load(loads)
+    # rank 0 saw rank 1's 0.8 cores as other work: 1.0 - 0.8 is what the rest of the machine used
+    assert combined["process_cores"] == 1.7 and combined["other_cores"] == pytest.approx(0.2)
+    assert combined["loadavg_after"] == [2.0] * 3

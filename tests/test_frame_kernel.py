@@ -72,23 +72,30 @@ def test_kernel_is_the_reference_rule_bit_for_bit(dtype, max_step, retraction, s
             assert a.dtype == b.dtype and a.shape == b.shape
             assert torch.equal(a, b)
         assert new[1] is bufs["exp_avg"] and new[2] is bufs["exp_avg_sq"]  # written in place
+        assert torch.equal(new[3], new[0].isfinite().flatten(1).all(1))  # ok: the retraction took the step
         for x, c in zip(inputs, copies):
             assert torch.equal(x, c)  # neither changes an input
         W, m, v = ref
         assert not W.isnan().any()  # every step was taken: the comparison is not of NaN with NaN
 
 
-def test_kernel_and_reference_refuse_the_same_frames_as_nan():
+@pytest.mark.parametrize("retraction", ["polar", "qr", "cayley", "exp"])
+@pytest.mark.parametrize("max_step", [0.1, None])
+def test_kernel_and_reference_refuse_the_same_frames_as_nan(retraction, max_step):
     g = torch.Generator().manual_seed(5)
-    W = random_stiefel(3, 10, 4, generator=g)
-    G = torch.randn(3, 10, 4, generator=g)
+    W = random_stiefel(4, 10, 4, generator=g)
+    W[3] *= 1.5  # moved off the manifold: the capped polar series refuses it
+    G = torch.randn(4, 10, 4, generator=g)
     G[1, 2, 3] = float("inf")
-    m, v = torch.zeros_like(W), torch.zeros(3, 1, 1, dtype=F64)
-    ref = stiefel_adam_frame_update(W, G, m, v, 1, lr=0.05)
-    new = default_frame_update(W, G, m, v, 1, lr=0.05, beta1=0.9, beta2=0.999, eps=1e-8, max_step=0.1,
-                               retraction="polar", buffers=_buffers(W))
+    m, v = torch.zeros_like(W), torch.zeros(4, 1, 1, dtype=F64)
+    options = dict(lr=0.05, beta1=0.9, beta2=0.999, eps=1e-8, max_step=max_step, retraction=retraction)
+    ref = stiefel_adam_frame_update(W, G, m, v, 1, **options)
+    new = default_frame_update(W, G, m, v, 1, **options, buffers=_buffers(W))
     assert ref[0][1].isnan().all() and new[0][1].isnan().all()
     assert torch.equal(ref[0][[0, 2]], new[0][[0, 2]])
+    refused = retraction == "polar" and max_step is not None  # the others take W[3]'s step and repair it
+    assert new[3].tolist() == [True, False, True, not refused]
+    assert torch.equal(new[3], new[0].isfinite().flatten(1).all(1))
 
 
 def test_second_moment_sample_in_each_mode():

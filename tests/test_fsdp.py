@@ -390,3 +390,5 @@ def test_the_benchmark_runs_under_torchrun_and_writes_its_table(tmp_path):
     (timing,) = record["timing"]
     assert len(timing["seconds_per_step"]) == 2
     assert all(len(t) == 2 and min(t) > 0 for rank in timing["seconds_per_step"] for t in rank.values())
+    load = record["load"]  # both ranks' CPU is the benchmark's
+    assert load["cores"] >= 1 and len(load["loadavg_before"]) == 3 and load["process_cores"] > 0

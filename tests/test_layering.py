@@ -84,7 +84,7 @@ def test_the_import_reader_resolves_relative_and_absolute_imports():
 
 
 # Within experiments: the shared modules and the one-module experiments at the top, one package per study.
-SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train", "reference_optimizers"}
+SHARED = {"arms", "config", "records", "runtime", "runner", "stats", "train", "reference_optimizers", "machine_load"}
 SINGLE = {"compare_tools", "patch_attention", "fsdp_example"}
 STUDIES = {"cifar", "grokking", "lm", "weight_decay"}
 EXPERIMENTS = PACKAGE / "experiments"
