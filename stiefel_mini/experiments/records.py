@@ -15,12 +15,14 @@ holding any float64 value is stored plain, so packing never rounds.
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import datetime as _dt
 import json
 import lzma
 import math
 import os
+import pickle
 import platform
 import shlex
 import subprocess
@@ -200,7 +202,22 @@ def unpack_history(packed: dict) -> dict:
         raise ValueError(f"unknown history encoding {packed.get('encoding')!r}; this version reads "
                          f"{HISTORY_ENCODING!r} (or a plain dict of lists)")
     text = lzma.decompress(base64.b64decode(packed["data"]))
-    return json.loads(text, parse_float=lambda s: float(np.float32(s)))
+    return _as_float32(json.loads(text))
+
+
+def _as_float32(obj: Any) -> Any:
+    """``obj`` with every float rounded to float32 (as a Python float); a list of floats in one numpy
+    cast. The stored spellings are float32 values' shortest, so reading them as float64 first and then
+    rounding gives the float32 they spell (a test reads every committed history both ways)."""
+    if isinstance(obj, float):
+        return float(np.float32(obj))
+    if isinstance(obj, list):
+        if obj and all(type(v) is float for v in obj):
+            return np.asarray(obj, dtype=np.float32).tolist()
+        return [_as_float32(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _as_float32(v) for k, v in obj.items()}
+    return obj
 
 
 def _map_histories(obj: Any, fn) -> Any:
@@ -233,12 +250,29 @@ def save_results(path: str | os.PathLike, payload: dict) -> Path:
     return path
 
 
+_LOADED: "collections.OrderedDict[tuple, bytes]" = collections.OrderedDict()
+_LOADED_MAX = 64  # files kept; the book's and the evidence's reads of one file reuse its first
+
+
 def load_results(path: str | os.PathLike) -> dict:
     """Read a results file written by :func:`save_results`, histories unpacked (:func:`unpack_history`;
-    a file written before packing, with plain histories, reads as it is)."""
+    a file written before packing, with plain histories, reads as it is).
+
+    The unpacking is what costs; a file read again unchanged (same inode, size and modification time,
+    as :func:`save_results`' atomic replace changes) comes from a pickled copy of its first read, so
+    every call returns a fresh object the caller may change."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _LOADED:
+        _LOADED.move_to_end(key)
+        return pickle.loads(_LOADED[key])
     with open(path) as fh:
         res = json.load(fh)
-    return _map_histories(res, lambda h: unpack_history(h) if "encoding" in h else h)
+    res = _map_histories(res, lambda h: unpack_history(h) if "encoding" in h else h)
+    _LOADED[key] = pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL)
+    if len(_LOADED) > _LOADED_MAX:
+        _LOADED.popitem(last=False)
+    return res
 
 
 def config_from_dict(cls: type, stored: dict) -> Any:

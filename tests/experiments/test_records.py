@@ -115,6 +115,40 @@ def test_pack_history_spells_floats_short():
     assert lzma.decompress(base64.b64decode(packed["data"])) == b'{"v":[6.6762195]}'
 
 
+def _packed_histories(obj):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == "history" and isinstance(v, dict) and "encoding" in v:
+                yield v
+            else:
+                yield from _packed_histories(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _packed_histories(v)
+
+
+def test_every_committed_history_reads_as_a_float32_parse_of_each_spelling_would():
+    n = 0
+    for path in sorted((ROOT / "results").rglob("*.json")):
+        for packed in _packed_histories(json.loads(path.read_text())):
+            text = lzma.decompress(base64.b64decode(packed["data"]))
+            direct = json.loads(text, parse_float=lambda s: float(np.float32(s)))
+            assert records.unpack_history(packed) == direct, path.name
+            n += 1
+    assert n >= 100
+
+
+def test_a_file_read_again_is_a_fresh_copy_and_a_rewritten_one_is_read_anew(tmp_path):
+    path = tmp_path / "r.json"
+    records.save_results(path, {"runs": [{"history": {"loss": [1.5, 0.25]}}]})
+    first = records.load_results(path)
+    first["runs"][0]["history"]["loss"].append(9.0)  # a caller's change stays its own
+    again = records.load_results(path)
+    assert again == {"runs": [{"history": {"loss": [1.5, 0.25]}}]} and again is not first
+    records.save_results(path, {"runs": [{"history": {"loss": [0.5]}}]})
+    assert records.load_results(path)["runs"][0]["history"]["loss"] == [0.5]
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "results").rglob("*.json")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_committed_results_file_is_at_most_2_mb(path):
     assert path.stat().st_size <= 2_000_000, f"{path.name}: {path.stat().st_size:,} bytes; store histories packed"
