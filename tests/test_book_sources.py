@@ -339,3 +339,13 @@ def test_the_use_chapter_opens_with_the_studies_recipe_and_types_no_setting_of_i
     assert card < convert, "use_in_your_model: the card must come before the first section"
     built = next(_source(c) for c in cells if "optimizer = StiefelAdam(groups" in _source(c))
     assert "VIT.frame_lr" in built and not re.search(r'"lr":\s*[0-9.]', built), built
+
+
+def test_the_tool_chapter_shows_the_same_card_where_it_says_which_to_use():
+    """``which_tool``'s advice is followed by the card the use chapter opens with, read from the results
+    files, not a typed setting."""
+    cells = _cells("which_tool")
+    advice = next(i for i, c in enumerate(cells) if re.search(r"^## Which to use$", _source(c), re.M))
+    card = next(i for i, c in enumerate(cells) if "recipe.card_html(recipe.recipes())" in _source(c))
+    summary = next(i for i, c in enumerate(cells) if re.search(r"^## Summary$", _source(c), re.M))
+    assert advice < card < summary, "which_tool: the card belongs in 'Which to use'"
