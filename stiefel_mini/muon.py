@@ -36,7 +36,7 @@ def mark_muon_roles(model: nn.Module) -> dict[str, Role]:
     class tokens), output heads (the model's ``get_output_embeddings`` / ``get_classifier``, modules
     named ``lm_head``, ``classifier``, ``head``, ``score``, ``pooler``...; when the model names none,
     the last layer whose output is the vocabulary or the class count, a guess), gains, biases and
-    learned logit scales, and manifold Muon for frames (:func:`~stiefel_mini._muon_roles.model_roles`).
+    learned logit scales, and manifold Muon for frames (read off the model by ``_muon_roles.model_roles``).
     :class:`StiefelMuon` reads the marks in any group; ``convert_attention`` calls this.
     """
     roles = model_roles(model)

@@ -223,7 +223,7 @@ class FrameProjection(FrameHolder):
         return roles
 
     def mark_frames(self) -> None:
-        """Mark the frames (:meth:`FrameHolder.mark_frames`) and every other parameter with its
+        """Mark the frames (``FrameHolder.mark_frames``) and every other parameter with its
         :meth:`muon_roles` role, so that StiefelMuon reads the (in, out) layout without being told."""
         super().mark_frames()
         for name, role in self.muon_roles().items():
