@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.optim import optimizer as torch_optimizer
 
 from stiefel_mini.experiments import stats
 
@@ -51,8 +52,12 @@ def test_optimizer_step_table_drift_and_results_file(capsys, tmp_path):
 def test_optimizer_step_times_an_older_stiefel_adam_beside_this_one(capsys, tmp_path):
     bench = load("optimizer_step")
     out_file = tmp_path / "step.json"
+    hooks = (torch_optimizer._global_optimizer_pre_hooks, torch_optimizer._global_optimizer_post_hooks)
+    before = [list(h) for h in hooks]
     bench.main(["--widths", "16", "--depth", "1", "--heads", "2", "--rounds", "2", "--steps", "1",
                 "--drift-steps", "5", "--no-others", "--threads", "1", "--baseline", "HEAD", "--out", str(out_file)])
+    # the copy's frames' guard does not stay registered, judging this checkout's StiefelAdam by its classes
+    assert [list(h) for h in hooks] == before
     (name,) = bench.BASELINES
     assert re.fullmatch(r"StiefelAdam@[0-9a-f]{7}", name)
     assert bench.BASELINES[name].__name__ != "stiefel_mini.optim"  # that commit's module, not this checkout's
