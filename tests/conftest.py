@@ -80,6 +80,8 @@ NOT_QUICK = {
     "tests/experiments/lm/test_arms.py::test_each_recipe_trains": "builds and trains a GPT-2 per recipe",
     "tests/experiments/lm/test_run_study.py::test_a_study_runs_to_its_end_and_resumes": "six tiny training runs",
     "tests/test_manifold_muon_cap.py": "trains a tiny all_stiefel GPT-2 to capture its frames and momenta",
+    "tests/test_benchmarks.py::test_lm_throughput_times_every_requested_studys_arms_against_one_adamw":
+        "builds and steps a tiny GPT-2 for each of three studies' 18 arms",
     "tests/test_benchmarks.py::test_muon_step_table_and_results_file":
         "trains a tiny GPT-2 on the corpus to record its momenta, then the whole-step comparison",
     "tests/test_muon_fsdp.py": "two gloo processes",

@@ -131,42 +131,51 @@ def test_hf_step_table_and_results_file(capsys, tmp_path):
     assert sorted(record["packages"]) == ["timm", "transformers"]
 
 
-def test_lm_throughput_table_and_results_file(capsys, tmp_path):
+def test_lm_throughput_times_every_requested_studys_arms_against_one_adamw(capsys, tmp_path):
     bench = load("lm_throughput")
     out_file = tmp_path / "lm.json"
-    bench.main(["--d_model", "32", "--n_layer", "1", "--batch_size", "2", "--rounds", "2", "--steps", "1",
-                "--threads", "1", "2", "--out", str(out_file)])
-    rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\| [12] \|", line)]
-    assert len(rows) == 2
-    # five rates, then four ratios to adamw
-    assert all(len(re.findall(r"\d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\)", row)) == 4 for row in rows), rows
+    bench.main(["--study", "4", "1", "2", "--per_head", "--d_model", "32", "--n_layer", "1", "--batch_size", "2",
+                "--rounds", "1", "--steps", "1", "--threads", "1", "--out", str(out_file)])
     record = json.loads(out_file.read_text())
-    assert [t["threads"] for t in record["timing"]] == [1, 2]
-    assert sorted(record["timing"][0]["seconds_per_step"]) == sorted(
-        ["adamw", "stiefel", "muon", "frozen", "muon_stiefel"])
+    names = [a["name"] for a in record["arms"]]
+    # the three studies' AdamW arms are one computation, timed once and first; every other arm its own
+    assert names == ["adamw", "r1_frozen", "r1_stiefel", "r1_muon", "r1_muon_stiefel", "r2_adamw_qknorm",
+                     "r2_stiefel", "r2_muon", "r2_muon_qknorm", "r2_stiefel_muon", "adamw_qknorm", "muon",
+                     "muon_qknorm", "stiefel", "stiefel_muon", "all_stiefel"]
+    assert record["baseline"] == "adamw"
+    assert [(e["study"], e["arm"], e["recipe"]) for e in record["arms"][0]["stands_for"]] == [
+        (1, "adamw", "r1_adamw"), (2, "adamw", "r2_adamw"), (4, "adamw", "adamw")]
+    stood_for = sorted((e["study"], e["arm"]) for a in record["arms"] for e in a["stands_for"])
+    assert stood_for == sorted((s, a) for s in (1, 2, 4) for a, _ in bench.STUDIES[s].arms)
+    points = {(e["study"], e["arm"]): e["point"] for a in record["arms"] for e in a["stands_for"]}
+    assert all(points[2, a]["per_head"] is True for a in ("muon", "muon_qknorm", "stiefel_muon"))
+    assert points[4, "all_stiefel"]["max_iter"] == 1
+    assert [list(t["seconds_per_step"]) for t in record["timing"]] == [names]
+    assert record["load"]["cores"] >= 1 and record["settings"]["study"] == [1, 2, 4]
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if re.match(r"\| [a-z0-9_]+ \| \d: ", line)]
+    assert len(rows) == len(names) and rows[0].startswith("| adamw | 1: adamw, 2: adamw, 4: adamw |"), rows
+    assert all(re.search(r"\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) \|$", row) for row in rows), rows
 
 
-def test_lm_throughput_needs_its_baseline():
-    with pytest.raises(SystemExit):
-        load("lm_throughput").main(["--arms", "stiefel", "muon"])
-
-
-def test_lm_throughput_times_the_second_studys_arms(capsys, tmp_path):
-    bench = load("lm_throughput")
-    out_file = tmp_path / "lm2.json"
-    bench.main(["--study", "2", "--per_head", "--d_model", "32", "--n_layer", "1", "--batch_size", "2",
-                "--rounds", "2", "--steps", "1", "--threads", "1", "--out", str(out_file)])
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 |"))
-    assert len(re.findall(r"\d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\)", row)) == 5, row  # five ratios to adamw
+def test_lm_throughput_arms_picks_those_arms_of_every_requested_study(tmp_path):
+    out_file = tmp_path / "lm.json"
+    load("lm_throughput").main(["--study", "1", "4", "--arms", "adamw", "stiefel", "--d_model", "32", "--n_layer", "1",
+                                "--batch_size", "2", "--rounds", "2", "--steps", "1", "--threads", "1",
+                                "--out", str(out_file)])
     record = json.loads(out_file.read_text())
-    assert list(record["timing"][0]["seconds_per_step"]) == [
-        "adamw", "adamw_qknorm", "stiefel", "muon", "muon_qknorm", "stiefel_muon"]
-    assert record["settings"]["per_head"] is True and record["settings"]["study"] == 2
+    assert {a["name"]: [(e["study"], e["arm"]) for e in a["stands_for"]] for a in record["arms"]} == {
+        "adamw": [(1, "adamw"), (4, "adamw")], "r1_stiefel": [(1, "stiefel")], "stiefel": [(4, "stiefel")]}
+    assert all(len(t) == 2 for t in record["timing"][0]["seconds_per_step"].values())
 
 
-@pytest.mark.parametrize("argv, message", [(["--study", "2", "--arms", "adamw", "frozen"], "not arms of study 2"),
-                                           (["--per_head"], "add --study 2")])
-def test_lm_throughput_refuses_arms_of_another_study(argv, message, capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--arms", "stiefel", "muon"], "must include adamw"),
+    (["--study", "3"], "the third study has no AdamW arm"),
+    (["--study", "2", "--arms", "adamw", "frozen"], "not arms of study 2"),
+    (["--study", "1", "4", "--per_head"], "add --study 2"),
+])
+def test_lm_throughput_refuses_what_it_cannot_time(argv, message, capsys):
     with pytest.raises(SystemExit):
         load("lm_throughput").main(argv)
     assert message in capsys.readouterr().err

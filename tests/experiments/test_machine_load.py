@@ -45,7 +45,7 @@ def test_machine_cpu_reads_proc_stat(tmp_path, monkeypatch):
 
 
 def test_older_records_read_their_one_minute_load_average():
-    # lm2_throughput.json stored a number and the cores; muon_step.json the three averages and no cores
+    # an older record stored a number and the cores; muon_step.json the three averages and no cores
     assert run_load({"load_average": 1.4, "cores": 2}) == {"cores": 2, "loadavg_before": [1.4]}
     old = {"load_average": [3.1, 2.0, 1.1], "provenance": {"cpu_count": 2}}
     assert run_load(old) == {"cores": 2, "loadavg_before": [3.1, 2.0, 1.1]}

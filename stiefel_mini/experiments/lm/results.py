@@ -24,8 +24,8 @@ from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
 
-__all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "THROUGHPUT2_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
-           "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows",
+__all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "TOKENIZER_META", "setup_facts", "load_study", "load_throughput",
+           "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows", "arm_costs",
            "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_runs", "round2_sweep_rows",
            "sharpness", "ROUND3_FILE", "load_round3", "round3_runs", "round3_progress", "PHASE_NAMES",
            "progress_sentence", "SHARED_SETTINGS", "chosen_settings"]
@@ -33,9 +33,8 @@ __all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "THROUGHPUT2_FILE", "TOKENIZER_META"
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
 THROUGHPUT_FILE = "benchmarks/lm_throughput.json"
-"""The language-model benchmark's record under ``results/`` (``benchmarks/lm_throughput.py --out``)."""
-THROUGHPUT2_FILE = "benchmarks/lm2_throughput.json"
-"""The benchmark's record of the second study's arms (``--study 2 --per_head --out``) under ``results/``."""
+"""The language-model benchmark's record under ``results/``: every study's arms in one run
+(``benchmarks/lm_throughput.py --study 1 2 4 --per_head --out``)."""
 ROUND2_FILE = "lm/round2.json"
 """Round 2's results file under ``results/``."""
 ROUND3_FILE = "lm/round3.json"
@@ -104,12 +103,9 @@ def load_round2() -> dict | None:
     return _load(ROUND2_FILE)
 
 
-def load_throughput(study: int = 1) -> dict | None:
-    """The benchmark's record of study 1 or 2 (:data:`THROUGHPUT_FILE`, :data:`THROUGHPUT2_FILE`), or
-    ``None`` where this copy of the results lacks it."""
-    if study not in (1, 2):
-        raise ValueError(f"study must be 1 or 2, got {study!r}")
-    return _load(THROUGHPUT_FILE if study == 1 else THROUGHPUT2_FILE)
+def load_throughput() -> dict | None:
+    """The benchmark's record (:data:`THROUGHPUT_FILE`), or ``None`` where this copy of the results lacks it."""
+    return _load(THROUGHPUT_FILE)
 
 
 def progress_counts(payload: dict | None, study: Study = ROUND1) -> dict:
@@ -181,23 +177,32 @@ def difference_band(runs: dict[int, dict], baseline: dict[int, dict]) -> dict | 
 
 def throughput_rows(record: dict | None) -> list[dict]:
     """The language-model benchmark's rates (``benchmarks/lm_throughput.py --out``), one row per
-    (threads, arm): ``{"threads", "arm", "tokens_per_s", "ratio", "low", "high"}``.
+    (threads, timed arm), in the benchmark's order: ``{"threads", "arm", "stands_for", "tokens_per_s",
+    "ratio", "low", "high"}``; ``stands_for``: ``{study: arm}``, the studies' arms it is the computation of.
 
     ``tokens_per_s`` is the best round's, ``tokens_per_step / min_r t_r``; ``ratio`` the median over
-    rounds of the step time over ``adamw``'s in the same round, ``low``-``high`` its range
-    (:func:`stiefel_mini.experiments.stats.paired_ratio`). Empty without a record.
+    rounds of the step time over the baseline's (``record["baseline"]``, AdamW) in the same round,
+    ``low``-``high`` its range (:func:`stiefel_mini.experiments.stats.paired_ratio`). Empty without a record.
     """
     if not record:
         return []
+    stands = {a["name"]: {e["study"]: e["arm"] for e in a["stands_for"]} for a in record["arms"]}
     out = []
     for entry in record["timing"]:
         times = entry["seconds_per_step"]
         for arm in times:  # in the benchmark's order
-            r = paired_ratio(times[arm], times["adamw"])
-            out.append({"threads": entry["threads"], "arm": arm,
+            r = paired_ratio(times[arm], times[record["baseline"]])
+            out.append({"threads": entry["threads"], "arm": arm, "stands_for": stands[arm],
                         "tokens_per_s": entry["tokens_per_step"] / min(times[arm]),
                         "ratio": r["median"], "low": r["low"], "high": r["high"]})
     return out
+
+
+def arm_costs(record: dict | None, study: int, threads: int = 1) -> dict[str, dict]:
+    """Study ``study``'s arms -> their row of :func:`throughput_rows` at ``threads``: the timed arm each
+    is the computation of. Empty without a record; an arm the run did not time is left out."""
+    return {r["stands_for"][study]: r for r in throughput_rows(record)
+            if r["threads"] == threads and study in r["stands_for"]}
 
 
 def samples(payload: dict | None, seed: int = 0) -> dict[str, list[dict]]:

@@ -12,7 +12,7 @@ from stiefel_mini.experiments.lm import results as lm_results
 from stiefel_mini.experiments.lm.config import PRESETS
 from stiefel_mini.experiments.lm.model import build_model
 from stiefel_mini.experiments.lm.plans import DEFAULTS, plan
-from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2, ROUND3
+from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2, ROUND3, ROUND4
 
 
 def _run(arm, phase, seed, val_bpb, curve=(3.0, 2.0), diverged_at=None, **lr):
@@ -66,19 +66,46 @@ def test_progress_counts_counts_each_phase(payload):
     assert counts["remaining"] > 0
 
 
-def test_throughput_rows_are_best_rates_and_paired_ratios():
-    record = {"timing": [{"threads": 1, "tokens_per_step": 100,
-                          "seconds_per_step": {"adamw": [1.0, 2.0, 1.0], "muon": [2.0, 2.0, 3.0]}}]}
+def _stands(name, *pairs):
+    return {"name": name, "stands_for": [{"study": s, "arm": a, "recipe": name, "point": {}} for s, a in pairs]}
+
+
+def test_throughput_rows_are_best_rates_and_paired_ratios_to_the_one_baseline():
+    record = {"baseline": "adamw",
+              "arms": [_stands("adamw", (1, "adamw"), (2, "adamw")), _stands("r1_muon", (1, "muon")),
+                       _stands("r2_muon", (2, "muon"))],
+              "timing": [{"threads": t, "tokens_per_step": 100,
+                          "seconds_per_step": {"adamw": [1.0, 2.0, 1.0], "r1_muon": [2.0, 2.0, 3.0],
+                                               "r2_muon": [t * 1.0, 4.0, t * 1.0]}} for t in (1, 2)]}
     rows = lm_results.throughput_rows(record)
-    assert [(r["arm"], r["tokens_per_s"]) for r in rows] == [("adamw", 100.0), ("muon", 50.0)]
+    assert [(r["threads"], r["arm"], r["tokens_per_s"]) for r in rows] == [
+        (1, "adamw", 100.0), (1, "r1_muon", 50.0), (1, "r2_muon", 100.0),
+        (2, "adamw", 100.0), (2, "r1_muon", 50.0), (2, "r2_muon", 50.0)]
     muon = rows[1]
     assert (muon["ratio"], muon["low"], muon["high"]) == (2.0, 1.0, 3.0)  # per round 2, 1, 3
-    assert lm_results.throughput_rows(None) == []
-    second = {"timing": [{"threads": 1, "tokens_per_step": 100,
-                          "seconds_per_step": {"adamw": [1.0], "stiefel_muon": [4.0], "adamw_qknorm": [1.0]}}]}
-    assert [r["arm"] for r in lm_results.throughput_rows(second)] == ["adamw", "stiefel_muon", "adamw_qknorm"]
-    with pytest.raises(ValueError, match="study must be 1 or 2"):
-        lm_results.load_throughput(3)
+    assert rows[0]["stands_for"] == {1: "adamw", 2: "adamw"}
+    # each study's arms read the timed arm they stand for: one AdamW for both
+    assert {a: r["arm"] for a, r in lm_results.arm_costs(record, 2).items()} == {"adamw": "adamw", "muon": "r2_muon"}
+    assert lm_results.arm_costs(record, 1, threads=2)["muon"]["ratio"] == 2.0
+    assert lm_results.arm_costs(record, 4) == {}
+    assert lm_results.throughput_rows(None) == [] and lm_results.arm_costs(None, 1) == {}
+
+
+def test_the_stored_benchmark_times_every_studys_arms_against_one_adamw():
+    record = lm_results.load_throughput()
+    if record is None:
+        pytest.skip("this copy of the results has no language-model benchmark record")
+    rows = lm_results.throughput_rows(record)
+    threads = sorted({r["threads"] for r in rows})
+    adamw = [r for r in rows if r["arm"] == record["baseline"]]
+    assert [r["threads"] for r in adamw] == threads and all(r["ratio"] == 1.0 for r in adamw)
+    assert record["settings"]["study"] == [1, 2, 4]  # the chapters read these studies' arms
+    for study, declared in ((1, ROUND1), (2, ROUND2), (4, ROUND4)):
+        for t in threads:
+            costs = lm_results.arm_costs(record, study, threads=t)
+            assert sorted(costs) == sorted(a for a, _ in declared.arms)
+            assert costs["adamw"]["arm"] == record["baseline"]
+    assert record["load"]["cores"] >= 1
 
 
 def test_setup_facts_follow_from_the_config_and_the_tokenizer():
