@@ -33,7 +33,7 @@ PAGES = [p for p in book_pages() if p.startswith("book/")] or ["<no built book>"
 HEIGHT_JS = "() => Math.max(document.documentElement.scrollHeight, document.body.scrollHeight)"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not "module": the sort by page interleaves this module's tests with others'
 def screens(window_visit):
     """``{page: length in screens}`` of every chapter page, each opened once at 1280 x 800 and made ready."""
     out = {}

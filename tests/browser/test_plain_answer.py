@@ -49,12 +49,12 @@ MAIN_JS = r"""() => {
 }"""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not "module": the sort by page interleaves this module's tests with others'
 def verdicts():
     return {v["key"]: v for v in evidence.verdicts() + evidence.questions(untested=False)}  # as the intro shows them
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def every_verdict():
     return {v["key"]: v for v in evidence.verdicts() + evidence.questions()}  # as the appendix lists them
 
