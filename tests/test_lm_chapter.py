@@ -256,7 +256,7 @@ def test_the_chapter_and_its_appendix_show_the_second_study(results2):
     assert re.search(r"All \d+ of its runs have finished: \d+ sweep runs, \d+ runs on the paired seeds, \d+ "
                      r"learning-rate checks at the longer length, \d+ long runs\.", appendix)
     assert figures >= 4  # the first study's sweeps and curves, the second study's curves and logits
-    assert "stiefel − better of adamw / adamw_qknorm" in appendix and "What each arm costs." in appendix
+    assert "stiefel − better of adamw / adamw_qknorm" in appendix and "arms measured side by side in one run" in appendix
     assert re.search(r"\| StiefelMuon \| 1\.\d\dx \(", appendix)  # its step over AdamW's
 
 
