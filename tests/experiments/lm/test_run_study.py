@@ -103,12 +103,18 @@ def test_the_measured_pace_is_the_median_minutes_per_800_steps_of_the_timed_runs
     assert run_study.minutes_per_run([{"steps": 800}]) is None
 
 
+def _round2_point(arm: str, steps: int) -> dict:
+    """The second study's first ready point made into one of ``arm``'s, ``steps`` long, with the settings
+    only the arms that use them keep."""
+    point = {**plan(studies.ROUND2, []).ready[0], "arm": arm, "steps": steps, "frame_lr": 0.1, "max_step": 0.3,
+             "muon_lr": 0.01, "per_head": True}
+    return {k: (v if k not in studies.ROUND2.fields or k in studies.ROUND2.uses(arm) else None)
+            for k, v in point.items()}
+
+
 @pytest.mark.parametrize("arm", [a for a, _ in studies.ROUND2.arms])
 def test_each_arm_of_the_second_study_runs_and_records_its_settings(arm):
-    point = {**plan(studies.ROUND2, []).ready[0], "arm": arm, "steps": 4, "frame_lr": 0.1, "max_step": 0.3,
-             "muon_lr": 0.01, "per_head": True}
-    point = {k: (v if k not in studies.ROUND2.fields or k in studies.ROUND2.uses(arm) else None)
-             for k, v in point.items()}
+    point = _round2_point(arm, steps=4)
     r = run_study.run_point("round2", replace(PRESETS["tiny"], eval_every=2, samples=0), point, COMMIT)
     assert r["val_bpb"] > 0 and r["steps"] == 4 and r["qk_norm"] == arm.endswith("_qknorm")
     assert r["recipe"] == f"r2_{arm}" and r["logit_scale"] == ("learned" if arm in ("stiefel", "stiefel_muon") else None)
@@ -128,10 +134,7 @@ def test_a_run_of_the_first_study_takes_the_base_configs_steps_and_the_third_its
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("arm", [a for a, _ in studies.ROUND2.arms])
 def test_each_arm_of_the_second_study_runs_on_cuda_and_says_so(arm):
-    point = {**plan(studies.ROUND2, []).ready[0], "arm": arm, "steps": 20, "frame_lr": 0.1, "max_step": 0.3,
-             "muon_lr": 0.01, "per_head": True}
-    point = {k: (v if k not in studies.ROUND2.fields or k in studies.ROUND2.uses(arm) else None)
-             for k, v in point.items()}
+    point = _round2_point(arm, steps=20)
     cpu, gpu = (run_study.run_point("round2", replace(PRESETS["tiny"], eval_every=10, samples=1, device=d), point, COMMIT)
                 for d in ("cpu", "cuda"))
     assert gpu["device"].startswith("cuda: ") and cpu["device"] == "cpu"
