@@ -349,3 +349,14 @@ def test_the_tool_chapter_shows_the_same_card_where_it_says_which_to_use():
     card = next(i for i, c in enumerate(cells) if "recipe.card_html(recipe.recipes())" in _source(c))
     summary = next(i for i, c in enumerate(cells) if re.search(r"^## Summary$", _source(c), re.M))
     assert advice < card < summary, "which_tool: the card belongs in 'Which to use'"
+
+
+def test_both_chapters_price_a_training_step_from_one_benchmark_run_of_one_studys_arms():
+    """The language-model and manifold-Muon chapters give the same training-step ratios: each reads
+    ``lm_throughput.json`` through ``arm_costs`` for the same study, none types or re-times them."""
+    calls = {}
+    for name in ("language_model", "manifold_muon"):
+        found = {m for c in _cells(name) for m in re.findall(r"arm_costs\(.*?study=(\d+)", _source(c))}
+        assert len(found) == 1, f"{name}: one study's arm_costs, found {sorted(found)}"
+        calls[name] = found.pop()
+    assert calls["language_model"] == calls["manifold_muon"], calls

@@ -246,3 +246,13 @@ def test_a_family_confirmed_on_different_fresh_seeds_gives_each_its_count():
     v = {"status": "mixed", "verdict": "", "primary": rows,
          "confirmation": {"status": "confirmed", "rows": rows, "text": "..."}}
     assert sentences.fresh_text(v) == "confirmed on fresh seeds (6 for both at lr 1e-3, 2 for each at its best lr)"
+
+
+@pytest.mark.parametrize("median, low, high, text", [
+    (0.97, 0.95, 1.06, "about as long as"),
+    (2.54, 2.23, 2.78, "2.5 times as long as"),
+    (0.62, 0.55, 0.70, "0.6 times as long as"),
+    (1.03, 1.01, 1.05, "1.03 times as long as"),
+])
+def test_a_timing_ratio_is_about_as_long_only_when_its_rounds_straddle_one(median, low, high, text):
+    assert words.time_ratio_text({"median": median, "low": low, "high": high}) == text

@@ -17,7 +17,7 @@ import re
 from stiefel_mini.evidence import compare
 from stiefel_mini.evidence.rule import LEANS, LEVEL, RESOLVED, SHOWN, UNDECIDABLE, decision, holds_zero, judged, own_test
 
-__all__ = ["number_text", "effect_text", "sure_text", "of_seeds", "n_text", "needed_text", "regime_of", "ARM_NAMES", "arm_name", "side_names", "plain_regime", "gist", "row_phrase", "change_text"]
+__all__ = ["number_text", "effect_text", "sure_text", "of_seeds", "n_text", "needed_text", "regime_of", "ARM_NAMES", "arm_name", "side_names", "plain_regime", "gist", "row_phrase", "change_text", "time_ratio_text"]
 
 
 def number_text(x: float, unit: str) -> str:
@@ -28,6 +28,17 @@ def number_text(x: float, unit: str) -> str:
     if unit in ("steps", "tokens"):
         return f"{x:+,.0f}"
     return f"{x:+.3f}" if unit == "bpb" else f"{x:+.2f}"
+
+
+def time_ratio_text(r: dict) -> str:
+    """How long one side takes beside the other, for a timing ratio ``r`` of interleaved rounds
+    (:func:`stiefel_mini.experiments.stats.paired_ratio`: ``{"median", "low", "high"}``): "about as long
+    as" when the rounds' range holds 1, else "``m`` times as long as" (``m`` = the median, 1 decimal; 2
+    where 1 decimal would read 1.0)."""
+    m = r["median"]
+    if r["low"] <= 1.0 <= r["high"]:
+        return "about as long as"
+    return f"{m:.1f} times as long as" if round(m, 1) != 1.0 else f"{m:.2f} times as long as"
 
 
 def effect_text(row: dict, what: str = "") -> str:
