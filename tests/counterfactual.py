@@ -90,6 +90,34 @@ def _cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+BUILT = Path(__file__).resolve().parents[1] / "_build" / "jupyter_execute" / "book"
+"""Where the book build (``scripts/build_book.sh``) leaves each chapter as it executed it."""
+
+
+def built_chapter(chapter: str, book: Path, built: Path = BUILT):
+    """The book build's executed ``chapter``, when it is what executing it now would give, else None.
+
+    The build executes every chapter on the committed results, as the "real" condition does; its copy
+    counts only where it is that chapter as it is now (the same cells, in order) and was written after
+    every file it reads could last have changed (the chapter, ``results/``, ``stiefel_mini/``), and no
+    results folder is set in the environment. Otherwise the chapter is executed again."""
+    import nbformat
+
+    from stiefel_mini.resources import RESULTS_ENV
+
+    path = built / f"{chapter}.ipynb"
+    if os.environ.get(RESULTS_ENV) or not path.is_file():
+        return None
+    cells = lambda nb: [(c.cell_type, c.source) for c in nb.cells]  # noqa: E731
+    nb, now = nbformat.read(path, 4), nbformat.read(book / f"{chapter}.ipynb", 4)
+    if cells(nb) != cells(now):
+        return None
+    root = book.parent
+    inputs = [book / f"{chapter}.ipynb", *(p for d in ("results", "stiefel_mini") for p in (root / d).rglob("*")
+                                           if p.is_file() and "__pycache__" not in p.parts)]
+    return nb if path.stat().st_mtime > max(p.stat().st_mtime for p in inputs) else None
+
+
 def execute_chapters(jobs: Mapping[Hashable, tuple[str, Path | None]], book: Path, workers: int | None = None,
                      timeout: int = 1800) -> dict:
     """Execute ``book/<chapter>.ipynb`` (working directory ``book``) once per job ``{key: (chapter,

@@ -18,6 +18,7 @@ computed output.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -28,8 +29,8 @@ from bs4 import BeautifulSoup
 
 from stiefel_mini import evidence
 from stiefel_mini.evidence import CLAIMS
-from stiefel_mini.resources import CHECKOUT_RESULTS
-from tests.counterfactual import PAIRS, execute_chapters, swap_outcomes
+from stiefel_mini.resources import CHECKOUT_RESULTS, RESULTS_ENV
+from tests.counterfactual import PAIRS, built_chapter, execute_chapters, swap_outcomes
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -153,19 +154,28 @@ def runs(request, tmp_path_factory):
     """``runs(chapter)``: ``{condition: executed notebook}`` on the committed files ("real") and the two
     counterfactuals. Every chapter the collected tests ask for is executed once per condition, all of
     them before the first test reads one, as many kernels at once as there are CPUs
-    (:func:`tests.counterfactual.execute_chapters`)."""
+    (:func:`tests.counterfactual.execute_chapters`), except the "real" one where the book build's copy
+    is current (:func:`tests.counterfactual.built_chapter`)."""
     base = tmp_path_factory.mktemp("counterfactual")
     folders = {"real": None, "swapped": base / "swapped", "mixed": base / "mixed"}
     assert swap_outcomes(CHECKOUT_RESULTS, folders["swapped"]), "nothing was exchanged: the arm pairs are missing"
     swap_outcomes(CHECKOUT_RESULTS, folders["mixed"], seeds=range(1, 100, 2))
     params = [item.callspec.params for item in request.session.items
               if "runs" in item.fixturenames and hasattr(item, "callspec")]
-    asked = sorted({p["chapter"] for p in params if "chapter" in p})
-    done = execute_chapters({(c, w): (c, folders[w]) for c in asked for w in CONDITIONS}, BOOK)
+    done = {}
+
+    def execute(chapters) -> None:
+        # The build executed each chapter on the committed results already: its copy is the "real"
+        # one where it is current (tests.counterfactual.built_chapter).
+        done.update({(c, "real"): nb for c in chapters if (nb := built_chapter(c, BOOK)) is not None})
+        done.update(execute_chapters({(c, w): (c, folders[w]) for c in chapters for w in CONDITIONS
+                                      if (c, w) not in done}, BOOK))
+
+    execute(sorted({p["chapter"] for p in params if "chapter" in p}))
 
     def of(chapter: str) -> dict:
-        if (chapter, "real") not in done:
-            done.update(execute_chapters({(chapter, w): (chapter, folders[w]) for w in CONDITIONS}, BOOK))
+        if (chapter, "swapped") not in done:
+            execute([chapter])
         return {w: done[(chapter, w)] for w in CONDITIONS}
     return of
 
@@ -331,6 +341,39 @@ def test_markdown_states_no_result_of_this_book(chapter):
            if c.cell_type == "markdown" and not c.source.lstrip().startswith(":::{admonition} Solution")
            for m in RESULT_WORDS.finditer(c.source)]
     assert not bad, f"{chapter}: markdown that reports results (compute them in a cell):\n" + "\n".join(bad)
+
+
+def test_the_builds_copy_stands_for_the_real_run_only_while_it_is_current(tmp_path, monkeypatch):
+    """A built chapter counts as executed on the committed results only when it has the chapter's cells
+    and is newer than the chapter, every results file and the package's files."""
+    root, built = tmp_path / "repo", tmp_path / "built"
+    for d in ("book", "results/lm", "stiefel_mini", "built"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    (root / "results/lm/x.json").write_text("{}")
+    (root / "stiefel_mini/m.py").write_text("")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A"), nbformat.v4.new_code_cell("1 + 1")])
+    nbformat.write(nb, root / "book/ch.ipynb")
+    built.mkdir()
+    nbformat.write(nb, built / "ch.ipynb")
+    monkeypatch.delenv(RESULTS_ENV, raising=False)
+
+    def age(path, seconds):
+        os.utime(path, (path.stat().st_atime, path.stat().st_mtime - seconds))
+
+    for p in (root / "book/ch.ipynb", root / "results/lm/x.json", root / "stiefel_mini/m.py"):
+        age(p, 100)
+    assert built_chapter("ch", root / "book", built) is not None
+    assert built_chapter("other", root / "book", built) is None
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path))
+    assert built_chapter("ch", root / "book", built) is None, "another results folder than the build's"
+    monkeypatch.delenv(RESULTS_ENV)
+    (root / "results/lm/x.json").write_text("{ }")  # a result changed after the build
+    assert built_chapter("ch", root / "book", built) is None
+    age(root / "results/lm/x.json", 100)
+    nb.cells[1].source = "1 + 2"
+    nbformat.write(nb, root / "book/ch.ipynb")
+    age(root / "book/ch.ipynb", 100)
+    assert built_chapter("ch", root / "book", built) is None, "the chapter's cells changed"
 
 
 def test_swap_exchanges_measurements_keeps_identity_and_undoes_itself(tmp_path):
