@@ -106,7 +106,7 @@ OPEN_BLOCKS_JS = r"""
     closed.forEach(d => { d.open = true; });
     await Promise.all(toggled);  // tables.js refits on each toggle, before the block's own listener
 """
-TABLES_JS = r"""async () => {""" + OPEN_BLOCKS_JS + r"""
+TABLES_JS = r"""() => {
     const art = document.querySelector('article.bd-article');
     if (!art) return [];  // a page with no article (search.html while it loads)
     const col = art.getBoundingClientRect();
@@ -117,26 +117,11 @@ TABLES_JS = r"""async () => {""" + OPEN_BLOCKS_JS + r"""
         scroll: t.scrollWidth - t.clientWidth, past: Math.round(t.getBoundingClientRect().right - right)}));
 }"""
 
-
-@pytest.mark.parametrize("page", PAGES)
-def test_every_table_fits_a_phone(fresh_visit, page):
-    """At 400 px no table runs past its box or the column (cards, wrapping, or a caption instead)."""
-    tables = fresh_visit(page, 400).page.evaluate(TABLES_JS)
-    bad = [t for t in tables if t["scroll"] > 1 or t["past"] > 1]
-    assert not bad, f"{page} at 400 px: tables wider than their box or the column: {bad}"
-
-
-def test_the_table_check_sees_the_comparison_tables_in_closed_blocks(fresh_visit):
-    """The measurement opens the closed blocks: the appendix's comparison tables are counted."""
-    tables = fresh_visit("book/appendix_comparisons.html", 400).page.evaluate(TABLES_JS)
-    assert sum(t["what"].startswith("evidence-table") for t in tables) >= 10, tables
-
-
 # Every word of every table cell (runs of text between spaces, hyphens, dashes and slashes, outside
 # typeset math), closed blocks opened: one laid out over two lines although it is narrower than the
 # column is broken. And the cards: each cell with text under a column name starts with that name.
 # The general index is left out: its entries are long names that break anywhere by design (book.css).
-BROKEN_JS = r"""async () => {""" + OPEN_BLOCKS_JS + r"""
+BROKEN_JS = r"""() => {
     const broken = [], unlabelled = [];
     const art = document.querySelector('article.bd-article');
     if (!art) return {broken, unlabelled, cards: 0};
@@ -170,13 +155,48 @@ BROKEN_JS = r"""async () => {""" + OPEN_BLOCKS_JS + r"""
     }
     return {broken, unlabelled, cards: cards.length};
 }"""
+LAYOUT_JS = ("async () => {" + OPEN_BLOCKS_JS + "return {tables: (" + TABLES_JS + ")(), ...(" + BROKEN_JS
+             + ")()}; }")
+
+
+@pytest.fixture(scope="session")
+def table_layout(window_visit):
+    """``table_layout(page, width)``: the page's tables with its closed blocks opened, measured once per
+    page and width on a page of their own (opening blocks changes a page, so not a shared one):
+    ``{"tables": [...], "broken": [...], "unlabelled": [...], "cards": n}``. Session-scoped: the browser
+    tests run sorted by page, so a module fixture would be built again at each return to this module."""
+    measured: dict[tuple[str, int], dict] = {}
+
+    def _measure(page: str, width: int) -> dict:
+        if (page, width) not in measured:
+            v = window_visit(page, width, 900)  # the shared pages' window height
+            try:
+                measured[(page, width)] = v.page.evaluate(LAYOUT_JS)
+            finally:
+                v.close()
+        return measured[(page, width)]
+
+    return _measure
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_table_fits_a_phone(table_layout, page):
+    """At 400 px no table runs past its box or the column (cards, wrapping, or a caption instead)."""
+    bad = [t for t in table_layout(page, 400)["tables"] if t["scroll"] > 1 or t["past"] > 1]
+    assert not bad, f"{page} at 400 px: tables wider than their box or the column: {bad}"
+
+
+def test_the_table_check_sees_the_comparison_tables_in_closed_blocks(table_layout):
+    """The measurement opens the closed blocks: the appendix's comparison tables are counted."""
+    tables = table_layout("book/appendix_comparisons.html", 400)["tables"]
+    assert sum(t["what"].startswith("evidence-table") for t in tables) >= 10, tables
 
 
 @pytest.mark.parametrize("width", [1280, 400])
 @pytest.mark.parametrize("page", PAGES)
-def test_no_word_in_a_table_is_broken(fresh_visit, page, width):
+def test_no_word_in_a_table_is_broken(table_layout, page, width):
     """No word or number in a table breaks across lines unless wider than the column; cards are labelled."""
-    found = fresh_visit(page, width).page.evaluate(BROKEN_JS)
+    found = table_layout(page, width)
     assert not found["broken"], f"{page} at {width} px: words broken inside table cells: {found['broken'][:10]}"
     assert not found["unlabelled"], f"{page} at {width} px: card cells without their column's name: " \
                                     f"{found['unlabelled'][:10]}"
@@ -184,10 +204,9 @@ def test_no_word_in_a_table_is_broken(fresh_visit, page, width):
         assert found["cards"] == 0, f"{page} at {width} px: {found['cards']} tables shown as cards"
 
 
-def test_a_table_too_wide_for_a_phone_becomes_cards(fresh_visit):
+def test_a_table_too_wide_for_a_phone_becomes_cards(table_layout):
     """The grokking appendix's arms table (four columns of prose) stacks as cards at 400 px only."""
-    found = fresh_visit("book/appendix_grokking.html", 400).page.evaluate(BROKEN_JS)
-    assert found["cards"] >= 1, found
+    assert table_layout("book/appendix_grokking.html", 400)["cards"] >= 1
 
 
 # A figure's text on a phone: the book's figures are SVG drawn with no font under 9 pt (book/matplotlibrc),
