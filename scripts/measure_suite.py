@@ -11,8 +11,11 @@ machine used meanwhile (``/proc/stat``; ``niced`` is the part of it run at a low
 cores, with the load average before and after; after the set-up, the size of ``.venv``. A step that
 fails is not recorded.
 
-The README's "Two commands" section quotes this file; ``tests/test_setup_files.py`` fails when its
-figures disagree with it.
+The README's "Two commands" section quotes this file and ``tests/README.md``'s budget table states each
+tier's budget (:data:`BUDGET_S`) beside its measurement (:func:`budget_row`, printed after a run);
+``tests/test_setup_files.py`` fails when their figures disagree with it, when a tier was measured over
+its budget (this script then exits 1) and when a measured test count is more than
+:data:`COUNT_TOLERANCE` off the count collected now, so that the figures cannot go stale unseen.
 """
 
 from __future__ import annotations
@@ -41,6 +44,14 @@ STEPS = {
     "browser": f"{PYTEST} -m browser tests/browser",
 }
 """Each step's command, run from the repository root; ``tests`` is the README's test command, which CI runs."""
+BUDGET_S = {"tests": 600, "quick": 90}
+"""The most seconds a tier may take on an idle 2-core machine after the build (issue 76): ``tests/README.md``
+states them beside the measurements, and ``tests/test_setup_files.py`` fails on a measurement over them."""
+TIERS = {"quick": "quick", "tests": "everything"}
+"""The steps that are test tiers, by their name in ``tests/README.md``'s budget table."""
+COUNT_TOLERANCE = 0.10
+"""How far (a fraction) a measured test count may be from the count collected now before
+``tests/test_setup_files.py`` asks for a new measurement."""
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)\b")
 """pytest's summary line: ``1201 passed, 3 skipped, 229 deselected in 171.20s``."""
 
@@ -75,6 +86,16 @@ def pytest_counts(output: str) -> dict[str, int]:
     counts = {("errors" if k.startswith("error") else k): int(n) for n, k in COUNTS.findall(lines[-1])}
     counts["tests"] = sum(v for k, v in counts.items() if k != "deselected")
     return counts
+
+
+def budget_row(name: str, record: dict) -> str:
+    """Tier ``name``'s row of ``tests/README.md``'s budget table: its command, budget and measurement."""
+    budget = BUDGET_S[name]
+    limit = f"{budget // 60} min" if budget % 60 == 0 else f"{budget} s"
+    over = " **over budget**" if record["seconds"] > budget else ""
+    return (f"| {TIERS[name]} | `{record['command']}` | {limit} | {record['seconds']:.0f} s{over}, "
+            f"{record['tests']:,} tests, {record['measured_utc'][:10]}, {record['where']}, "
+            f"{record['load']['other_cores']} cores of other work |")
 
 
 def run_step(name: str, where: Path) -> dict:
@@ -146,6 +167,17 @@ def main(argv: list[str] | None = None) -> int:
         timing["steps"][name] = record
         args.out.write_text(json.dumps(timing, indent=1) + "\n")  # after each step: a later failure keeps it
         print(f"== {name}: {record['minutes']} min, load {record['load']}", flush=True)
+    over = [name for name in args.steps if name in BUDGET_S and timing["steps"][name]["seconds"] > BUDGET_S[name]]
+    print("tests/README.md's budget table, from this file:")
+    for name in TIERS:
+        if name in timing["steps"]:
+            print(budget_row(name, timing["steps"][name]))
+    if over:
+        said = ", ".join(f"{n} ({timing['steps'][n]['seconds']} s > {BUDGET_S[n]} s)" for n in over)
+        print(f"over budget: {said}; "
+              "on a loaded machine, measure again idle; otherwise make tests cheaper or move them out of the "
+              "quick tier (tests/conftest.py's NOT_QUICK, with the reason)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -16,6 +16,7 @@ every test that is not ``browser``, ``slow`` or ``standalone`` and not listed in
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -101,11 +102,61 @@ def _quick(nodeid: str) -> bool:
     return not any(nodeid == p or nodeid.startswith((p + "::", p + "[")) for p in NOT_QUICK)
 
 
+SHARED_SCOPES = ("module", "class", "package")
+"""Fixture scopes whose value the tests of one module share: xdist keeps such a module on one worker."""
+
+
+def xdist_group(item) -> str | None:
+    """The group whose tests one xdist worker runs together, in collection order (``--dist loadgroup``,
+    ``pyproject.toml``), or None for a test any worker may take: ``browser`` for the browser tests (one
+    Chromium and one set of shared pages, :mod:`tests.browser.conftest`), and a test's file when the
+    test uses a fixture of :data:`SHARED_SCOPES` (e.g. the chapters executed once for all of
+    ``test_counterfactual.py``), so that the fixture runs once rather than once per worker."""
+    if item.get_closest_marker("browser"):
+        return "browser"
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    if any(d.scope in SHARED_SCOPES for chain in defs for d in chain):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+SUITE_COUNTS = pytest.StashKey[dict]()
+"""The session's tests per README figure (``tests``, ``quick``, ``browser``) when it collected the whole
+suite (``tests/test_setup_files.py`` compares them with the README's)."""
+
+
+def suite_counts(items) -> dict[str, int]:
+    """How many of ``items`` each README figure counts: all, the quick tier, the browser tests."""
+    return {"tests": len(items),
+            "quick": sum(1 for i in items if i.get_closest_marker("quick")),
+            "browser": sum(1 for i in items if i.get_closest_marker("browser"))}
+
+
+def _collected_whole_suite(config) -> bool:
+    testpaths = {str(config.rootpath / p) for p in config.getini("testpaths")}
+    here = config.invocation_params.dir
+    return ({str((here / a).resolve()) for a in config.args} == testpaths and not config.getoption("lf", False)
+            and not config.getoption("ignore", None) and not config.getoption("ignore_glob", None))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark the quick tier (runs before ``-m`` selects)."""
+    """Mark the quick tier and the xdist groups (runs before ``-m`` and ``-k`` select), and count the
+    whole suite's tests."""
     for item in items:
         if not any(item.get_closest_marker(m) for m in ("browser", "slow", "standalone")) and _quick(item.nodeid):
             item.add_marker(pytest.mark.quick)
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if _collected_whole_suite(config):
+        config.stash[SUITE_COUNTS] = suite_counts(items)
+
+
+@pytest.fixture(scope="session")
+def collected_counts(request) -> dict[str, int] | None:
+    """:func:`suite_counts` of this session's collection when it collected the whole suite, else None."""
+    return request.config.stash.get(SUITE_COUNTS, None)
 
 
 def pytest_configure(config):

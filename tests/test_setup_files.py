@@ -7,6 +7,8 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,53 @@ def test_readme_times_are_the_measured_ones():
         "tests/suite_timing.json measured other commands than scripts/measure_suite.py's: measure again"
     for name in ("quick", "browser"):
         assert f"`{commands[name]}`" in text, f"README.md should give the {name} command `{commands[name]}`"
+
+
+def _collected_now(collected_counts) -> dict[str, int]:
+    """The whole suite's test counts (``tests``, ``quick``, ``browser``): this session's, when it collected
+    the whole suite (``tests/conftest.py``), else from a ``--collect-only`` run of it."""
+    if collected_counts is not None:
+        return collected_counts
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "quick or browser",
+                          "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=ROOT)
+    total = re.search(r"^(\d+)/(\d+) tests collected", out.stdout, flags=re.M)
+    assert out.returncode == 0 and total, f"collecting the suite failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}"
+    ids = [line for line in out.stdout.splitlines() if "::" in line]
+    browser = sum(1 for i in ids if i.startswith("tests/browser/"))
+    assert len(ids) == int(total.group(1)), "the --collect-only listing and its count disagree"
+    return {"tests": int(total.group(2)), "quick": len(ids) - browser, "browser": browser}
+
+
+def test_the_measured_test_counts_are_within_ten_percent_of_the_suite(collected_counts):
+    """The test counts the README quotes (``tests/suite_timing.json``, which
+    :func:`test_readme_times_are_the_measured_ones` ties to the README) are within
+    ``COUNT_TOLERANCE`` (10%) of the tests collected now: a round of work that adds or removes more
+    tests than that must measure again (``scripts/measure_suite.py``). The browser tests are one per
+    built page, so without a built book the browser tests are left out of both sides."""
+    measure = _load_script("measure_suite")
+    steps = json.loads((ROOT / "tests" / "suite_timing.json").read_text())["steps"]
+    now = _collected_now(collected_counts)
+    measured = {name: steps[name]["tests"] for name in ("tests", "quick", "browser")}
+    if not (ROOT / "_build" / "html").is_dir():  # tests/browser/bookpaths.py's BUILD
+        measured["tests"] -= measured.pop("browser")
+        now = {"tests": now["tests"] - now["browser"], "quick": now["quick"]}
+    off = {name: (measured[name], now[name]) for name in measured
+           if abs(measured[name] - now[name]) > measure.COUNT_TOLERANCE * now[name]}
+    assert not off, (f"(measured, collected now) test counts more than {measure.COUNT_TOLERANCE:.0%} apart: {off}; "
+                     "measure again: python3 scripts/measure_suite.py --steps tests quick browser --note '...'")
+
+
+def test_each_tier_was_measured_within_its_budget_and_tests_readme_says_so():
+    """``tests/README.md``'s budget table has a row per tier, as ``measure_suite.budget_row`` writes it from
+    ``tests/suite_timing.json``, and each tier's measurement is within its budget (``BUDGET_S``)."""
+    measure = _load_script("measure_suite")
+    steps = json.loads((ROOT / "tests" / "suite_timing.json").read_text())["steps"]
+    text = (ROOT / "tests" / "README.md").read_text()
+    for name in measure.TIERS:
+        row = measure.budget_row(name, steps[name])
+        assert row in text.splitlines(), f"tests/README.md's budget table should have the row {row!r}"
+        assert steps[name]["seconds"] <= measure.BUDGET_S[name], \
+            f"{name} took {steps[name]['seconds']} s, over its budget of {measure.BUDGET_S[name]} s (tests/README.md)"
 
 
 def test_every_test_the_quick_tier_leaves_out_exists():
