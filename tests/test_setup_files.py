@@ -112,17 +112,17 @@ def test_the_measured_test_counts_are_within_ten_percent_of_the_suite(collected_
                      "measure again: python3 scripts/measure_suite.py --steps tests quick browser --note '...'")
 
 
-def test_each_tier_was_measured_within_its_budget_and_tests_readme_says_so():
+def test_tests_readme_states_each_tiers_budget_beside_its_measurement():
     """``tests/README.md``'s budget table has a row per tier, as ``measure_suite.budget_row`` writes it from
-    ``tests/suite_timing.json``, and each tier's measurement is within its budget (``BUDGET_S``)."""
+    ``tests/suite_timing.json``: the budget (``BUDGET_S``), the measured time, marked **over budget** where
+    it is (``measure_suite`` then exits 1), so that a change that adds minutes is seen."""
     measure = _load_script("measure_suite")
     steps = json.loads((ROOT / "tests" / "suite_timing.json").read_text())["steps"]
     text = (ROOT / "tests" / "README.md").read_text()
     for name in measure.TIERS:
         row = measure.budget_row(name, steps[name])
         assert row in text.splitlines(), f"tests/README.md's budget table should have the row {row!r}"
-        assert steps[name]["seconds"] <= measure.BUDGET_S[name], \
-            f"{name} took {steps[name]['seconds']} s, over its budget of {measure.BUDGET_S[name]} s (tests/README.md)"
+        assert ("over budget" in row) == (steps[name]["seconds"] > measure.BUDGET_S[name]), row
 
 
 def test_every_test_the_quick_tier_leaves_out_exists():
