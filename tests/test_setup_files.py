@@ -209,3 +209,18 @@ def test_set_repository_points_everything_at_a_fork(tmp_path):
 def test_set_repository_rejects_urls_the_buttons_cannot_use(url, tmp_path):
     with pytest.raises(ValueError, match="GitHub URL"):
         _load_set_repository().set_repository(url, "main", root=tmp_path)
+
+
+def test_a_measurement_is_recorded_when_only_the_figures_it_renews_failed():
+    """``measure_suite`` records a test step whose only failures are the README-figure tests (run against
+    the figures it is about to replace), and no other failing step."""
+    measure = _load_script("measure_suite")
+    def output(*names, failed=None):
+        reports = "".join(f"____________ {n} ____________\nassert ...\n" for n in names)
+        n = len(names) if failed is None else failed
+        return f"{reports}= {n} failed, 2600 passed, 8 skipped in 900.00s (0:15:00) ="
+    counts, budget = measure.FIGURE_TESTS[1], measure.FIGURE_TESTS[2]
+    assert measure.only_figure_tests_failed(output(counts, f"{budget}")) == [counts, budget]
+    assert measure.only_figure_tests_failed(output(counts, "test_chapter_fits_its_length[book/intro.html]")) is None
+    assert measure.only_figure_tests_failed(output(counts, failed=2)) is None, "a failure without its report"
+    assert measure.only_figure_tests_failed(output()) is None
