@@ -101,11 +101,15 @@ NOT_QUICK = {
         "and the reference tests check each retraction in the quick tier)",
     "tests/experiments/lm/test_run_study.py::test_each_arm_of_the_second_study_runs_and_records_its_settings":
         "builds and trains a GPT-2 per arm of the second study, 24 s (as test_arms' test_each_recipe_trains)",
+    "tests/test_layering.py::test_the_evidence_layer_loads_no_language_model_runner":
+        "imports the whole evidence layer in a new interpreter (11 s)",
+    "tests/experiments/cifar/test_experiment.py::test_parallel_sweeps_merge_into_one_file":
+        "trains four runs in two sweeps (8 s; the sweep and resume tests stay in the quick tier)",
 }
 """What the quick tier leaves out besides the browser, slow and standalone tests: node-id prefixes (a file,
 or a test with all its parameters) and why. Each took more than 5 s on a loaded 2-core machine (issue 76's
 six, from test_muon_fsdp.py on: 10-17 s of CPU time each at one thread, under a load of 7-14); the last
-five, the largest of the quick tier's test-seconds in the full suite's ``--durations`` on 2026-12-07, bring
+seven, the largest of the quick tier's test-seconds in the full suite's ``--durations`` on 2026-12-07, bring
 the tier toward its 90 s budget (tests/README.md)."""
 
 
