@@ -71,7 +71,7 @@ class Bucket:
         self.current = 0
         self.scratch = torch.empty_like(m)  # (B, n, k), compute dtype
         k = m.shape[-1]
-        self.pp = tuple(m.new_empty(3, m.shape[0], k, k).unbind())  # 3 x (B, k, k), compute dtype
+        self.pp = tuple(m.new_empty(4, m.shape[0], k, k).unbind())  # 4 x (B, k, k), compute dtype
         self.pp64 = m.new_empty(m.shape[0], k, k, dtype=torch.float64)  # (B, k, k)
         self.frame = torch.empty_like(self.W)  # (B, n, k), the frames' dtype
         self.views = [self._views(i) for i in (0, 1)]

@@ -102,7 +102,7 @@ def default_frame_update(W: Tensor, G: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
 
     ``buffers`` (tensors that alias no input): ``"exp_avg"`` and ``"exp_avg_sq"`` receive the new
     moments and ``"frame"`` the new frames (``None`` for frames stored in 16 bits); ``"scratch"``
-    (shaped as ``W``, compute dtype) holds the large intermediates, ``"pp"`` (three ``(B, p, p)``,
+    (shaped as ``W``, compute dtype) holds the large intermediates, ``"pp"`` (four ``(B, p, p)``,
     compute dtype) and ``"pp64"`` (one ``(B, p, p)``, float64) the small ones.
 
     Shapes: W, G, exp_avg ``(B, n, p)``, exp_avg_sq ``(B, 1, 1)`` -> ``(W', m', v')`` shaped as them,
@@ -112,9 +112,11 @@ def default_frame_update(W: Tensor, G: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
     store, dtype = W.dtype, compute_dtype(W.dtype)
     W, G = W.to(dtype), G.to(dtype)
     t = torch.as_tensor(step, dtype=torch.float64, device=W.device)
-    N = sym(torch.matmul(W.mT, G, out=pp[0]), out=pp[1])  # (B, p, p)
-    # P_W is linear: m' = P_W(beta1 m + (1 - beta1) G) = (beta1 m + (1 - beta1) G) - W Su.
-    Su = sym(torch.matmul(W.mT, exp_avg, out=pp[0]), out=pp[2]).mul_(beta1).add_(N, alpha=1 - beta1)
+    WtG = torch.matmul(W.mT, G, out=pp[0])  # (B, p, p)
+    N = sym(WtG, out=pp[1])
+    # P_W is linear: m' = P_W(beta1 m + (1 - beta1) G) = (beta1 m + (1 - beta1) G) - W Su, with
+    # Su = sym(W^T (beta1 m + (1 - beta1) G)): the second product accumulates onto the first.
+    Su = sym(WtG.baddbmm_(W.mT, exp_avg, beta=1 - beta1, alpha=beta1), out=pp[2])
     m = torch.lerp(exp_avg, G, 1 - beta1, out=buffers["exp_avg"])
     m.baddbmm_(W, Su, alpha=-1.0)
     N64 = buffers["pp64"].copy_(N)

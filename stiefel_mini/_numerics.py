@@ -29,29 +29,69 @@ def series_degree(bound: float, dtype: torch.dtype) -> int:
     return degree
 
 
-def inv_sqrt_series(E: Tensor, degree: int, work: tuple[Tensor, Tensor] | None = None) -> Tensor:
+def inv_sqrt_series(E: Tensor, degree: int, work: tuple[Tensor, ...] | None = None) -> Tensor:
     """``(I + E)^{-1/2}`` by the binomial series of fixed ``degree``, for symmetric ``(..., p, p)`` E.
 
-    ``(I + E)^{-1/2} = sum_k binom(-1/2, k) E^k = I - E/2 + 3E^2/8 - 5E^3/16 + ...``, summed by
-    Horner's rule: ``degree - 1`` matrix products, no data-dependent branch, no host
-    synchronisation. Accurate when ``||E||_F`` is below the bound the degree was chosen for (see
-    :func:`series_degree`).
+    ``(I + E)^{-1/2} = sum_k a_k E^k`` with ``a_k = binom(-1/2, k)`` (``I - E/2 + 3E^2/8 - ...``),
+    summed by the Paterson-Stockmeyer scheme: with the powers ``E, ..., E^s`` and the chunks
+    ``C_j = sum_{i<s} a_{js+i} E^i`` (``E^0 = I``), the sum is ``C_0 + E^s (C_1 + E^s (C_2 + ...))``.
+    That takes :func:`series_products` matrix products (2 at degree 4, where Horner's rule takes 3;
+    ``s`` is chosen to make them fewest), no data-dependent branch and no host synchronisation.
+    Accurate when ``||E||_F`` is below the bound the degree was chosen for (see :func:`series_degree`).
 
-    ``work``: two tensors shaped as E (neither E) that the partial sums are written into in turn;
-    the result is one of them.
+    ``work``: tensors shaped as E (none of them E) for the partial sums and the powers; the result
+    is one of them. Two partial sums and ``s - 1`` powers are needed: those ``work`` lacks are allocated.
 
-    Reference: Higham (2008), "Functions of Matrices", section 5.3 and chapter 6.
+    Reference: Higham (2008), "Functions of Matrices", sections 4.2 and 5.3 and chapter 6;
+    Paterson & Stockmeyer (1973), SIAM J. Comput. 2(1), "On the number of nonscalar multiplications
+    necessary to evaluate polynomials".
     """
-    coeffs = [1.0]
+    a = [1.0]
     for k in range(1, degree + 1):
-        coeffs.append(coeffs[-1] * -(2 * k - 1) / (2 * k))
-    bufs = work or (None, None)
-    Z = torch.mul(E, coeffs[degree], out=bufs[0])
-    for i, c in enumerate(reversed(coeffs[1:degree])):
-        _diagonal(Z).add_(c)  # Z + c I, touching only the diagonal
-        Z = torch.matmul(E, Z, out=bufs[(i + 1) % 2])
-    _diagonal(Z).add_(1.0)
-    return Z
+        a.append(a[-1] * -(2 * k - 1) / (2 * k))
+    s = _block_size(degree)
+    shape = E.shape
+    E = E.reshape(-1, *shape[-2:])  # (B, p, p): the batched products want one batch dimension
+    bufs = [w.view(E.shape) for w in (work or ()) if w is not None]
+    bufs += [torch.empty_like(E) for _ in range(len(bufs), s + 1)]
+    sums, spare = bufs[:2], bufs[2:]
+    powers = [E]  # E^1, ..., E^s
+    for i in range(1, s):
+        powers.append(torch.bmm(powers[-1], E, out=spare[i - 1]))
+
+    def chunk(j: int, out: Tensor) -> Tensor:
+        """``C_j``, written into ``out`` (terms beyond the degree are zero)."""
+        out.zero_()
+        for i in range(1, s):
+            if j * s + i <= degree:
+                out.add_(powers[i - 1], alpha=a[j * s + i])
+        _diagonal(out).add_(a[j * s])
+        return out
+
+    q = degree // s
+    # The last chunk: C_q, or, when it is the scalar a_{qs}, C_{q-1} + a_{qs} E^s (no product).
+    if degree % s == 0:
+        q -= 1
+        Z = chunk(q, sums[0]).add_(powers[-1], alpha=a[(q + 1) * s])
+    else:
+        Z = chunk(q, sums[0])
+    for j in range(q - 1, -1, -1):
+        Z, sums = chunk(j, sums[1]).baddbmm_(powers[-1], Z), sums[::-1]
+    return Z.view(shape)
+
+
+def _block_size(degree: int) -> int:
+    """The number of powers ``s`` with which the Paterson-Stockmeyer sum takes fewest products (ties:
+    the smaller ``s``, fewer buffers)."""
+    return min(range(1, degree + 1), key=lambda s: (series_products(degree, s), s))
+
+
+def series_products(degree: int, s: int | None = None) -> int:
+    """Matrix products :func:`inv_sqrt_series` takes at ``degree`` with ``s`` powers (default: its choice):
+    ``s - 1`` for the powers and one per chunk below the last, less one when the last chunk is a scalar."""
+    if s is None:
+        s = _block_size(degree)
+    return (s - 1) + degree // s - (1 if degree % s == 0 else 0)
 
 
 def _diagonal(A: Tensor) -> Tensor:
@@ -70,7 +110,7 @@ def polar_or_nan(
     *,
     rtol: float | None = None,
     out: Tensor | None = None,
-    work: tuple[Tensor, Tensor, Tensor] | None = None,
+    work: tuple[Tensor, ...] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Orthogonal polar factor of tall ``(..., n, p)`` M and, per frame, whether it could be taken.
 
@@ -95,13 +135,14 @@ def polar_or_nan(
     that will be rounded to bf16 needs fewer terms). Each frame's result depends on that frame
     alone, and nothing is synchronised with the host, so the function compiles with
     ``torch.compile(fullgraph=True)``. ``out``: a tensor shaped as M (not M) to write the factor
-    into when ``bound`` is given (a preallocated buffer; ignored otherwise); ``work``: three
-    ``(..., p, p)`` tensors in M's dtype for the p x p intermediates, likewise.
+    into when ``bound`` is given (a preallocated buffer; ignored otherwise); ``work``: four
+    ``(..., p, p)`` tensors in M's dtype for the p x p intermediates (``M^T M - I`` and the
+    series' ``work``), likewise.
 
     Shapes: M ``(..., n, p)``, ``n >= p`` -> ``((..., n, p), (...))``.
     Reference: Higham (2008), "Functions of Matrices", theorem 8.4 and chapter 6.
     """
-    work = work if bound is not None and work is not None else (None, None, None)
+    work = work if bound is not None and work is not None else (None,)
     E = torch.matmul(M.mT, M, out=work[0])
     _diagonal(E).sub_(1.0)  # M^T M - I
     delta = torch.linalg.matrix_norm(E)  # (...)

@@ -118,9 +118,10 @@ def stiefel_adam_frame_update(
     if projector == "none":  # xi = G: no transport, no floor
         m, sample = torch.lerp(exp_avg, G, 1 - beta1), second_moment_sample(G, second_moment)
     elif second_moment == "frame" and projector == "euclidean":  # the merged form, as above
-        N = sym(W.mT @ G)
-        m = torch.lerp(exp_avg, G, 1 - beta1)
-        m.baddbmm_(W, sym(W.mT @ exp_avg).mul_(beta1).add_(N, alpha=1 - beta1), alpha=-1.0)
+        WtG = W.mT @ G
+        N = sym(WtG)
+        m = torch.lerp(exp_avg, G, 1 - beta1)  # minus W sym(W^T (beta1 m + (1 - beta1) G)):
+        m.baddbmm_(W, sym(torch.baddbmm(WtG, W.mT, exp_avg, beta=1 - beta1, alpha=beta1)), alpha=-1.0)
         N64 = N.to(torch.float64, copy=True)
         n_sq = N64.mul_(N64).sum(dim=(-2, -1), keepdim=True)  # ||N||_F^2
         sample = (frobenius_sq(G) - n_sq).clamp_min(0.0) + floor(dtype) * n_sq

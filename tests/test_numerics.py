@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from stiefel_mini._numerics import inv_sqrt_series, polar_or_nan, retract_or_nan, series_degree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from stiefel_mini._numerics import inv_sqrt_series, polar_or_nan, retract_or_nan, series_degree, series_products
 from stiefel_mini.geometry import random_stiefel
 
 
@@ -40,6 +42,52 @@ def testinv_sqrt_series_converges_to_the_inverse_square_root():
     ev, V = torch.linalg.eigh(torch.eye(6, dtype=torch.float64) + E)
     exact = V @ torch.diag_embed(ev.rsqrt()) @ V.mT
     assert (inv_sqrt_series(E, series_degree(0.25, torch.float64)) - exact).abs().max() < 1e-14
+
+
+class _Products(TorchDispatchMode):
+    """Counts the matrix products (and the allocations) the code under it dispatches."""
+
+    PRODUCTS = {torch.ops.aten.bmm.default, torch.ops.aten.bmm.out, torch.ops.aten.baddbmm.default,
+                torch.ops.aten.baddbmm_.default, torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+
+    def __init__(self):
+        super().__init__()
+        self.products, self.allocations = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.products += func in self.PRODUCTS
+        self.allocations += func in (torch.ops.aten.empty_like.default, torch.ops.aten.empty.memory_format)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("degree", range(1, 14))
+@pytest.mark.parametrize("shape", [(5, 5), (2, 3, 5, 5)])
+def test_inv_sqrt_series_takes_the_paterson_stockmeyer_count_of_products(degree, shape):
+    """series_products(d) products, fewer than Horner's d - 1 from degree 4 on (2 at degree 4), for
+    unbatched and twice-batched E, the same values as term by term; with work, nothing allocated."""
+    g = torch.Generator().manual_seed(degree)
+    A = torch.randn(shape, generator=g, dtype=torch.float64)
+    E = 0.05 * (A + A.mT)
+    with _Products() as counted:
+        Z = inv_sqrt_series(E, degree)
+    assert counted.products == series_products(degree)
+    assert series_products(degree) <= max(degree - 1, 0)
+    assert series_products(degree) < degree - 1 or degree < 4
+    assert series_products(4) == 2
+    ref = torch.eye(5, dtype=torch.float64).expand(shape).clone()
+    coeff, power = 1.0, torch.eye(5, dtype=torch.float64).expand(shape)
+    for k in range(1, degree + 1):
+        coeff *= -(2 * k - 1) / (2 * k)
+        power = power @ E
+        ref += coeff * power
+    torch.testing.assert_close(Z, ref, rtol=0, atol=1e-15)
+    if degree <= 6:  # two partial sums and one power: what StiefelAdam's buckets give it
+        work = tuple(torch.empty_like(E) for _ in range(3))
+        with _Products() as counted:
+            Zw = inv_sqrt_series(E, degree, work)
+        assert counted.allocations == 0
+        assert any(Zw.data_ptr() == w.data_ptr() for w in work)
+        assert torch.equal(Zw, Z)
 
 
 def test_polar_with_a_bound_refuses_exactly_the_frames_beyond_it():
