@@ -61,8 +61,11 @@ def inv_sqrt_series(E: Tensor, degree: int, work: tuple[Tensor, ...] | None = No
 
     def chunk(j: int, out: Tensor) -> Tensor:
         """``C_j``, written into ``out`` (terms beyond the degree are zero)."""
-        out.zero_()
-        for i in range(1, s):
+        if s > 1 and j * s + 1 <= degree:
+            torch.mul(E, a[j * s + 1], out=out)
+        else:
+            out.zero_()
+        for i in range(2, s):
             if j * s + i <= degree:
                 out.add_(powers[i - 1], alpha=a[j * s + i])
         _diagonal(out).add_(a[j * s])
