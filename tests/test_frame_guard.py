@@ -15,7 +15,6 @@ from stiefel_mini import StiefelAdam, StiefelMuon, convert_attention, frame_para
 from stiefel_mini.groups import FrameHolder
 from stiefel_mini.projection import FrameProjection
 
-pytestmark = pytest.mark.quick
 transformers = pytest.importorskip("transformers")
 
 

@@ -8,8 +8,6 @@ import torch
 
 from stiefel_mini.manifold_muon import RIDGE, manifold_muon_update, polar_gram
 
-pytestmark = pytest.mark.quick
-
 
 def _frames(b, n, p, seed=0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)

@@ -11,8 +11,6 @@ from stiefel_mini.geometry import orthogonality_error, random_stiefel
 from stiefel_mini.groups import mark_frame
 from stiefel_mini.muon import newton_schulz_dtype, zeropower_via_newtonschulz
 
-pytestmark = pytest.mark.quick
-
 
 def _gpt2(stiefel=True):
     transformers = pytest.importorskip("transformers")

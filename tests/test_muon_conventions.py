@@ -12,8 +12,6 @@ from stiefel_mini.geometry import orthogonality_error, random_stiefel
 from stiefel_mini.groups import mark_frame
 from stiefel_mini.manifold_muon import manifold_muon_update, polar_gram
 
-pytestmark = pytest.mark.quick
-
 
 def _params(seed=0):
     """A frame (2 heads of 10 x 3), a Muon matrix (8 x 6) and a vector, with gradients."""

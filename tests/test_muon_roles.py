@@ -16,7 +16,6 @@ from stiefel_mini.groups import DEFAULT_SCALE_LR
 from stiefel_mini.muon import zeropower_via_newtonschulz
 from stiefel_mini.projection import FrameProjection
 
-pytestmark = pytest.mark.quick
 transformers = pytest.importorskip("transformers")
 timm = pytest.importorskip("timm")
 W, VOCAB, CLASSES = 32, 40, 5

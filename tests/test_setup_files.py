@@ -141,6 +141,14 @@ def test_every_test_the_quick_tier_leaves_out_exists():
                 f"NOT_QUICK names {entry}, which {path} does not define"
 
 
+def test_only_the_conftest_marks_the_quick_tier():
+    """A test file's own ``quick`` mark would put its NOT_QUICK tests back in the tier (a compiled-model
+    test of test_muon.py ran there so): tests/conftest.py alone marks it."""
+    marked = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "tests").rglob("*.py"))
+              if p.name != "conftest.py" and re.search(r"\bmark\s*\.\s*quick\b", p.read_text())]
+    assert not marked, f"these files mark tests quick themselves; leave it to tests/conftest.py: {marked}"
+
+
 def test_venv_is_ignored():
     assert ".venv/" in (ROOT / ".gitignore").read_text().splitlines()
 

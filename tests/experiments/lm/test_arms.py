@@ -80,7 +80,6 @@ def test_the_trace_tells_a_changed_arm_apart(change):
         norms(got) != pytest.approx(norms(want), rel=10 * REL)
 
 
-@pytest.mark.quick
 def test_the_second_studys_arms_without_qk_norm_start_from_the_same_function():
     x = torch.randint(0, CFG.model.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     ref = build("r2_adamw", CFG).eval()(input_ids=x).logits
@@ -90,7 +89,6 @@ def test_the_second_studys_arms_without_qk_norm_start_from_the_same_function():
         torch.testing.assert_close(out, ref, rtol=0, atol=0 if recipe == "r2_muon" else 5e-2)
 
 
-@pytest.mark.quick
 def test_the_second_studys_muon_arms_orthogonalise_q_k_v_whole_or_per_head():
     for recipe, per_head in (("r2_muon", True), ("r2_muon", False), ("r2_stiefel_muon", True)):
         model = build(recipe, CFG)
@@ -138,7 +136,6 @@ def _lr_of(opt, p):
                 for g in opt.param_groups if any(q is p for q in g["params"]))
 
 
-@pytest.mark.quick
 def test_the_stiefel_recipes_start_at_unit_temperature_and_train_the_scale_at_its_own_lr():
     for recipe in ("stiefel", "stiefel_muon"):
         model = build(recipe, CFG)
@@ -149,7 +146,6 @@ def test_the_stiefel_recipes_start_at_unit_temperature_and_train_the_scale_at_it
         assert isinstance(opt, StiefelAdam if recipe == "stiefel" else StiefelMuon)
 
 
-@pytest.mark.quick
 def test_qk_norm_gains_take_their_own_lr_and_no_decay():
     for recipe in ("adamw_qknorm", "muon_qknorm"):
         model = build(recipe, CFG)
@@ -161,7 +157,6 @@ def test_qk_norm_gains_take_their_own_lr_and_no_decay():
             assert _lr_of(opt, p) == 0.07 and g.get("adamw_weight_decay", g.get("weight_decay")) == 0.0
 
 
-@pytest.mark.quick
 def test_all_stiefel_holds_every_hidden_matrix_whole_on_the_manifold():
     model = build("all_stiefel", CFG)
     frames = [n for n, p in model.named_parameters() if is_frame(p)]

@@ -10,8 +10,6 @@ from torch import nn
 
 from stiefel_mini.experiments.lm.attention import QKNorm, attention_stats, uniform_entropy
 
-pytestmark = pytest.mark.quick
-
 
 def test_qk_norm_normalises_each_head_of_q_and_k_and_keeps_v():
     proj = nn.Linear(6, 3 * 4)

@@ -6,8 +6,6 @@ import pytest
 
 from stiefel_mini.experiments.lm.plans import Study, Tuning, declared, grid_best, plan, point_key
 
-pytestmark = pytest.mark.quick
-
 FIELDS = ("lr", "warmup_frac", "muon_lr", "scale_lr")
 
 

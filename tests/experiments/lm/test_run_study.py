@@ -46,7 +46,6 @@ def test_a_study_runs_to_its_end_and_resumes(tmp_path, monkeypatch):
     assert json.loads(out.read_text())["plan"]["name"] == "tiny_test"
 
 
-@pytest.mark.quick
 def test_the_command_line_names_the_study_and_refuses_an_unknown_one():
     s, args, base = run_study.parse_args(["study", "round4", "--workers", "1", "--steps", "10"])
     assert s is studies.ROUND4 and args.out == "results/lm/round4.json" and args.workers == 1 and base.steps == 10
@@ -57,7 +56,6 @@ def test_the_command_line_names_the_study_and_refuses_an_unknown_one():
 COMMIT = {"git_commit": "abc", "git_dirty": False}
 
 
-@pytest.mark.quick
 @pytest.mark.parametrize("name", ["round1", "round2", "round3"])
 def test_every_command_a_results_file_stores_still_names_its_study(name):
     s = studies.study(name)
@@ -69,7 +67,6 @@ def test_every_command_a_results_file_stores_still_names_its_study(name):
         assert got is s and args.out == s.out, command
 
 
-@pytest.mark.quick
 def test_the_old_spellings_name_the_first_three_studies():
     assert run_study.parse_args(["study"])[0] is studies.ROUND1
     assert run_study.parse_args(["study", "--workers", "1"])[1].workers == 1
@@ -80,7 +77,6 @@ def test_the_old_spellings_name_the_first_three_studies():
         run_study.parse_args(["round5"])
 
 
-@pytest.mark.quick
 def test_a_dry_run_reads_the_results_file_and_says_what_is_left(tmp_path, capsys):
     out = tmp_path / "round2.json"
     run_study.main(["round2", "--dry_run", "true", "--out", str(out)])
@@ -95,7 +91,6 @@ def test_a_dry_run_reads_the_results_file_and_says_what_is_left(tmp_path, capsys
     assert len(json.loads(out.read_text())["runs"]) == 2  # nothing run
 
 
-@pytest.mark.quick
 def test_the_measured_pace_is_the_median_minutes_per_800_steps_of_the_timed_runs():
     runs = [{"steps": 800, "wall_time_s": 600.0}, {"steps": 2400, "wall_time_s": 3600.0},
             {"steps": 800, "wall_time_s": 900.0}, {"steps": 800}]

@@ -22,7 +22,6 @@ from stiefel_mini.experiments.lm import results as lm_results
 from stiefel_mini.experiments.lm.plans import RECIPES, declared, plan
 from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2, ROUND3, ROUND4, STUDIES, study
 
-pytestmark = pytest.mark.quick
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "results" / "lm"
 ROUND4_PLAN = ROOT / "tests" / "data" / "lm_round4_plan.json"
