@@ -132,22 +132,15 @@ def _page(nb) -> tuple[str, int]:
     return " ".join(" ".join(text).split()), figures
 
 
-def test_the_appendix_runs_on_a_study_with_one_paired_seed(results, tmp_path):
+def test_the_appendix_runs_on_a_study_with_one_paired_seed(partials, executed):
     """The state the real study passed through: sweeps done, one paired seed of some arms."""
-    partial = tmp_path / "results"
-    shutil.copytree(results, partial)
-    payload = json.loads((results / "lm" / "study.json").read_text())
-    payload["runs"] = [r for r in payload["runs"] if r["phase"] == "sweep" or
-                       (r["seed"] == 0 and r["arm"] in ("adamw", "stiefel", "frozen"))]
-    (partial / "lm" / "study.json").write_text(json.dumps(payload))
-    v = evidence.evaluate(claim("lm_gain"), root=tmp_path)
+    v = evidence.evaluate(claim("lm_gain"), root=partials["first_one_seed"].parent)
     assert v["primary"][0]["n"] == 1 and v["sentence"].lower().startswith("too few seeds to decide")
-    _page(execute_chapters({"one": ("appendix_language_model", partial)}, ROOT / "book", workers=1)["one"])
+    _page(executed("first_one_seed"))
 
 
-def test_the_appendix_shows_the_first_studys_sweeps_curves_comparisons_and_samples(results):
-    nb = execute_chapters({"complete": ("appendix_language_model", results)}, ROOT / "book", workers=1)["complete"]
-    page, figures = _page(nb)
+def test_the_appendix_shows_the_first_studys_sweeps_curves_comparisons_and_samples(results, executed):
+    page, figures = _page(executed("first_complete"))
     assert "No paired seed has run yet" not in page
     assert figures >= 2  # the sweeps and the curves against tokens
     for arm in CENTRE:  # as literal Markdown: underscores escaped
@@ -241,10 +234,8 @@ def test_round2_gives_each_declared_comparison_its_known_answer(results2):
                                                     "resolving against it)")
 
 
-def test_the_chapter_and_its_appendix_show_the_second_study(results2):
-    done = execute_chapters({"chapter": ("language_model", results2), "appendix": ("appendix_language_model", results2)},
-                            ROOT / "book", workers=1)
-    page, figures = _page(done["chapter"])
+def test_the_chapter_and_its_appendix_show_the_second_study(executed):
+    page, figures = _page(executed("second_chapter"))
     assert ("No reason to switch" not in page and "Worth a try: with the logit scale at AdamW's lr, StiefelAdam beat "
             "AdamW with QK-norm" in page)
     assert "StiefelAdam : with the logit scale at AdamW's lr, 0.010 bits per byte ahead of AdamW with QK-norm" in page
@@ -253,7 +244,7 @@ def test_the_chapter_and_its_appendix_show_the_second_study(results2):
     assert re.search(r"\| StiefelMuon \| the logit scale at AdamW's lr \| 1\.\d{3} \(1\.\d{3}-1\.\d{3}\) \| 1\.\d\dx \|",
                      page), page
     assert "not yet like for like" in page and "has no results in this copy of the book yet" in page
-    appendix, figures = _page(done["appendix"])
+    appendix, figures = _page(executed("second_appendix"))
     assert re.search(r"All \d+ of its runs have finished: \d+ sweep runs, \d+ runs on the paired seeds, \d+ "
                      r"learning-rate checks at the longer length, \d+ long runs\.", appendix)
     assert figures >= 4  # the first study's sweeps and curves, the second study's curves and logits
@@ -261,33 +252,25 @@ def test_the_chapter_and_its_appendix_show_the_second_study(results2):
     assert re.search(r"\| StiefelMuon \| [\d, ]+ \| 1\.\d\dx \(", appendix)  # its studies, its step over AdamW's
 
 
-def test_the_chapter_runs_on_a_second_study_with_one_paired_seed(results2, tmp_path):
+def test_the_chapter_runs_on_a_second_study_with_one_paired_seed(partials, executed):
     """The state the real round 2 passed through: sweeps done, one paired seed of some arms, no long run."""
-    partial = tmp_path / "results"
-    shutil.copytree(results2, partial)
-    payload = json.loads((results2 / "lm" / "round2.json").read_text())
-    payload["runs"] = [r for r in payload["runs"] if r["phase"] == "sweep" or
-                       (r["phase"] == "paired" and r["seed"] == 0 and r["arm"] in ("stiefel", "adamw_qknorm"))]
-    (partial / "lm" / "round2.json").write_text(json.dumps(payload))
-    v = evidence.evaluate(claim("lm2_stiefel_adam"), root=tmp_path)
+    root = partials["second_one_seed"].parent
+    v = evidence.evaluate(claim("lm2_stiefel_adam"), root=root)
     assert v["primary"][0]["n"] == 1 and v["sentence"].lower().startswith("too few seeds to decide")
-    assert evidence.evaluate(claim("lm2_long"), root=tmp_path)["status"] == "not tested yet"
-    page, _ = _page(execute_chapters({"one": ("language_model", partial)}, ROOT / "book", workers=1)["one"])
+    assert evidence.evaluate(claim("lm2_long"), root=root)["status"] == "not tested yet"
+    page, _ = _page(executed("second_one_seed"))
     assert "with the logit scale at AdamW's lr, too few seeds to decide against AdamW with QK-norm" in page
 
 
-def test_the_appendix_runs_on_a_second_study_whose_long_phase_has_begun(results2, tmp_path):
+def test_the_appendix_runs_on_a_second_study_whose_long_phase_has_begun(partials, executed):
     """The state after the paired phase: the long phase's lr checks done, one long seed of each arm."""
-    partial = tmp_path / "results"
-    shutil.copytree(results2, partial)
-    payload = json.loads((results2 / "lm" / "round2.json").read_text())
-    payload["runs"] = [r for r in payload["runs"] if r["phase"] != "long" or r["seed"] == 0]
-    assert {r["arm"] for r in payload["runs"] if r["phase"] == "long"} == {"stiefel", "adamw_qknorm"}
-    (partial / "lm" / "round2.json").write_text(json.dumps(payload))
-    v = evidence.evaluate(claim("lm2_long"), root=tmp_path)
+    partial = partials["second_long_begun"]
+    runs = json.loads((partial / "lm" / "round2.json").read_text())["runs"]
+    assert {r["arm"] for r in runs if r["phase"] == "long"} == {"stiefel", "adamw_qknorm"}
+    v = evidence.evaluate(claim("lm2_long"), root=partial.parent)
     assert v["primary"][0]["n"] == 1 and v["primary"][0]["planned"] == 8
     assert "on 1 of 1 seeds (8 planned)" in v["sentence"]
-    page, _ = _page(execute_chapters({"long": ("appendix_language_model", partial)}, ROOT / "book", workers=1)["long"])
+    page, _ = _page(executed("second_long_begun"))
     assert re.search(r"Finished so far: [^.]*, 2 long runs, about \d\d% of its training\.", page)
 
 
@@ -329,23 +312,85 @@ def results3(results2, tmp_path_factory) -> Path:
     return out
 
 
-def test_the_chapter_reports_the_third_study_against_the_second_studys_baselines(results3):
+# ----------------------------------------------------------------------------------------------------
+# The chapter executions, all at once
+# ----------------------------------------------------------------------------------------------------
+
+def _with_runs(src: Path, dst: Path, name: str, keep) -> Path:
+    """A copy of the results folder ``src`` at ``dst`` whose ``lm/<name>.json`` keeps the runs ``keep(run)``."""
+    shutil.copytree(src, dst)
+    payload = json.loads((src / "lm" / f"{name}.json").read_text())
+    payload["runs"] = [r for r in payload["runs"] if keep(r)]
+    (dst / "lm" / f"{name}.json").write_text(json.dumps(payload))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def partials(results, results2, tmp_path_factory) -> dict[str, Path]:
+    """The states the real studies passed through, each a results folder: the first study with its sweeps
+    and one paired seed of some arms; round 2 with its sweeps and one paired seed of two arms, no long run;
+    round 2 with its long phase begun (the lr checks, one long seed of each arm)."""
+    base = tmp_path_factory.mktemp("partial")
+    return {
+        "first_one_seed": _with_runs(results, base / "first" / "results", "study", lambda r: r["phase"] == "sweep" or (
+            r["seed"] == 0 and r["arm"] in ("adamw", "stiefel", "frozen"))),
+        "second_one_seed": _with_runs(results2, base / "second" / "results", "round2", lambda r: r["phase"] == "sweep"
+                                      or (r["phase"] == "paired" and r["seed"] == 0
+                                          and r["arm"] in ("stiefel", "adamw_qknorm"))),
+        "second_long_begun": _with_runs(results2, base / "long" / "results", "round2",
+                                        lambda r: r["phase"] != "long" or r["seed"] == 0),
+    }
+
+
+EXECUTIONS = {"first_one_seed": "appendix_language_model", "first_complete": "appendix_language_model",
+              "second_chapter": "language_model", "second_appendix": "appendix_language_model",
+              "second_one_seed": "language_model", "second_long_begun": "appendix_language_model",
+              "third_chapter": "language_model", "third_appendix": "appendix_language_model"}
+"""Each execution the tests read: its chapter (its results folder: :func:`executed`)."""
+READS = {"test_the_appendix_runs_on_a_study_with_one_paired_seed": ("first_one_seed",),
+         "test_the_appendix_shows_the_first_studys_sweeps_curves_comparisons_and_samples": ("first_complete",),
+         "test_the_chapter_and_its_appendix_show_the_second_study": ("second_chapter", "second_appendix"),
+         "test_the_chapter_runs_on_a_second_study_with_one_paired_seed": ("second_one_seed",),
+         "test_the_appendix_runs_on_a_second_study_whose_long_phase_has_begun": ("second_long_begun",),
+         "test_the_chapter_reports_the_third_study_against_the_second_studys_baselines": ("third_chapter",
+                                                                                         "third_appendix")}
+"""The executions each test reads, so that those of the collected tests run together; one a test reads
+that is not listed here runs when the test asks for it."""
+
+
+@pytest.fixture(scope="module")
+def executed(request, results, results2, results3, partials):
+    """``executed(key)``: the chapter of :data:`EXECUTIONS` executed on its results folder. The executions
+    of the collected tests (:data:`READS`) run before the first test reads one, as many kernels at once as
+    there are CPUs (:func:`tests.counterfactual.execute_chapters`); each is executed once for all tests."""
+    folders = {"first_complete": results, "second_chapter": results2, "second_appendix": results2,
+               "third_chapter": results3, "third_appendix": results3, **partials}
+    names = {item.originalname for item in request.session.items if item.module is request.module}
+    done = execute_chapters({k: (EXECUTIONS[k], folders[k]) for k in sorted({k for n in names
+                                                                             for k in READS.get(n, ())})}, ROOT / "book")
+
+    def of(key: str):
+        if key not in done:
+            done.update(execute_chapters({key: (EXECUTIONS[key], folders[key])}, ROOT / "book"))
+        return done[key]
+    return of
+
+
+def test_the_chapter_reports_the_third_study_against_the_second_studys_baselines(results3, executed):
     v = evidence.evaluate(claim("lm3_scale"), root=results3.parent)
     row = v["primary"][0]
     assert (row["n"], row["wins"]) == (16, 16) and row["mean"] == pytest.approx(-0.02)
     # every StiefelAdam run of round 3 started after its declaration; round 2's baseline runs by design
     assert v["confirmation"]["status"] == "declared before its runs"
     assert "declared before its runs, against AdamW with QK-norm's earlier runs" in v["sentence"]
-    done = execute_chapters({"chapter": ("language_model", results3), "appendix": ("appendix_language_model", results3)},
-                            ROOT / "book", workers=1)
-    page, _ = _page(done["chapter"])
+    page, _ = _page(executed("third_chapter"))
     assert "Worth a try: with the logit scale at an lr of its own, StiefelAdam beat AdamW with QK-norm" in page
     assert ("StiefelAdam : with the logit scale at an lr of its own, 0.020 bits per byte ahead of AdamW with QK-norm "
             "on 16 of 16 seeds; with the logit scale at AdamW's lr, 0.010 bits per byte ahead") in page
     # the invented round 3: largest logit 1 -> 21, entropy 3.9 -> 2.4 (uniform over 128 positions: 3.909 nats)
     assert "StiefelAdam's largest logit then grew 21.0-fold and its most peaked head ended 1.51 nats below uniform" in page
     assert "How these numbers were made: results/lm/round3.json" in page
-    appendix, _ = _page(done["appendix"])
+    appendix, _ = _page(executed("third_appendix"))
     assert "All 48 of its runs have finished: 16 sweep runs, 32 runs on the paired seeds." in appendix
     assert "| StiefelAdam (own scale lr) | 0.3 | 2 | 1.670 |" in appendix  # the sweep table's best row
 
