@@ -1,5 +1,6 @@
-"""The studies' recipes: the first three studies' arms bit for bit as their own code built them; the
-fourth's: who trains what, at which lr, the unit start, and the whole-matrix frames."""
+"""The studies' recipes: the first three studies' arms bit for bit as their own code built them (those
+StiefelAdam trains to rounding: its polar series is summed otherwise since); the fourth's: who trains
+what, at which lr, the unit start, and the whole-matrix frames."""
 
 from __future__ import annotations
 
@@ -39,10 +40,20 @@ SAME_MACHINE = (RECORDED["cpu"] == cpu_description() and RECORDED["torch"] == to
 REL = 1e-5
 
 
+def _steps_frames_with_stiefel_adam(trace: dict) -> bool:
+    """Whether an arm's optimizers include StiefelAdam. Its polar series has been summed by the
+    Paterson-Stockmeyer scheme since 0b9863e, in fewer products than the record's Horner sum: the
+    same series, rounded otherwise, so its arms agree with the record to rounding (measured: losses
+    equal, weight norms to 1.3e-6), not bit for bit, even here."""
+    return any(group[0] == "StiefelAdam" for group in trace["groups"])
+
+
 def _agree(got: dict, want: dict) -> bool:
     got = json.loads(json.dumps(got))
-    if SAME_MACHINE:
+    if SAME_MACHINE and not _steps_frames_with_stiefel_adam(want):
         return got == want
+    if SAME_MACHINE and got["groups"] != want["groups"]:
+        return False
     norms = lambda t: [w["norm"] for _, w in sorted(t["weights"].items())]  # noqa: E731
     return got["loss"] == pytest.approx(want["loss"], rel=REL) and norms(got) == pytest.approx(norms(want), rel=REL)
 
