@@ -52,24 +52,25 @@ def inv_sqrt_series(E: Tensor, degree: int, work: tuple[Tensor, ...] | None = No
     s = _block_size(degree)
     shape = E.shape
     E = E.reshape(-1, *shape[-2:])  # (B, p, p): the batched products want one batch dimension
+    # Without work, fresh tensors (None: no out=), so that autograd can differentiate through the sum.
     bufs = [w.view(E.shape) for w in (work or ()) if w is not None]
-    bufs += [torch.empty_like(E) for _ in range(len(bufs), s + 1)]
+    bufs += [None] * (s + 1 - len(bufs))
     sums, spare = bufs[:2], bufs[2:]
     powers = [E]  # E^1, ..., E^s
     for i in range(1, s):
         powers.append(torch.bmm(powers[-1], E, out=spare[i - 1]))
 
-    def chunk(j: int, out: Tensor) -> Tensor:
-        """``C_j``, written into ``out`` (terms beyond the degree are zero)."""
+    def chunk(j: int, out: Tensor | None) -> Tensor:
+        """``C_j``, written into ``out`` if given (terms beyond the degree are zero)."""
         if s > 1 and j * s + 1 <= degree:
-            torch.mul(E, a[j * s + 1], out=out)
+            C = torch.mul(E, a[j * s + 1], out=out)
         else:
-            out.zero_()
+            C = torch.zeros_like(E) if out is None else out.zero_()
         for i in range(2, s):
             if j * s + i <= degree:
-                out.add_(powers[i - 1], alpha=a[j * s + i])
-        _diagonal(out).add_(a[j * s])
-        return out
+                C.add_(powers[i - 1], alpha=a[j * s + i])
+        _diagonal(C).add_(a[j * s])
+        return C
 
     q = degree // s
     # The last chunk: C_q, or, when it is the scalar a_{qs}, C_{q-1} + a_{qs} E^s (no product).

@@ -81,6 +81,16 @@ def test_inv_sqrt_series_takes_the_paterson_stockmeyer_count_of_products(degree,
         power = power @ E
         ref += coeff * power
     torch.testing.assert_close(Z, ref, rtol=0, atol=1e-15)
+    # Differentiable without work: the gradient of the sum is the term-by-term series' gradient.
+    leaf, leaf_ref = E.clone().requires_grad_(), E.clone().requires_grad_()
+    inv_sqrt_series(leaf, degree).sum().backward()
+    coeff, power, total = 1.0, torch.eye(5, dtype=torch.float64).expand(shape), 0.0
+    for k in range(1, degree + 1):
+        coeff *= -(2 * k - 1) / (2 * k)
+        power = power @ leaf_ref
+        total = total + coeff * power.sum()
+    total.backward()
+    torch.testing.assert_close(leaf.grad, leaf_ref.grad, rtol=1e-12, atol=1e-14)
     if degree <= 6:  # two partial sums and one power: what StiefelAdam's buckets give it
         work = tuple(torch.empty_like(E) for _ in range(3))
         with _Products() as counted:
