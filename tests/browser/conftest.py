@@ -327,19 +327,3 @@ def fresh_visit(browser, book_url):
     yield _open
     for v in opened:
         v.close()
-
-
-@pytest.fixture(scope="session")
-def window_visit(browser, book_url):
-    """``window_visit(page, width, height)``: a ready page in a context of its own whose window is
-    ``width`` x ``height`` (the shared pages' windows are 900 px high); the caller closes it (``close()``).
-    Session-scoped, as what it computes from it should be: the browser tests run sorted by page, so a
-    module's tests are interleaved with other modules' and a module fixture would be built again each time."""
-    def _open(page: str, width: int, height: int) -> Visit:
-        context = browser.new_context(viewport={"width": width, "height": height})
-        context.set_default_timeout(ACTION_TIMEOUT_MS)
-        v = Visit(browser, book_url + page, width, context=context)
-        v.own_context = True  # close() closes the context made here
-        return v
-
-    return _open

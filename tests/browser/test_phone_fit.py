@@ -155,25 +155,33 @@ BROKEN_JS = r"""() => {
     }
     return {broken, unlabelled, cards: cards.length};
 }"""
-LAYOUT_JS = ("async () => {" + OPEN_BLOCKS_JS + "return {tables: (" + TABLES_JS + ")(), ...(" + BROKEN_JS
-             + ")()}; }")
+CLOSE_BLOCKS_JS = r"""
+    const reclosed = closed.map(d => new Promise(done => d.addEventListener('toggle', done, {once: true})));
+    closed.forEach(d => { d.open = false; });
+    await Promise.all(reclosed);
+"""
+LAYOUT_JS = ("async () => {" + OPEN_BLOCKS_JS + "const found = {tables: (" + TABLES_JS + ")(), ...(" + BROKEN_JS
+             + ")()};" + CLOSE_BLOCKS_JS + "return found; }")
 
 
 @pytest.fixture(scope="session")
-def table_layout(window_visit):
+def table_layout(shared_pages):
     """``table_layout(page, width)``: the page's tables with its closed blocks opened, measured once per
-    page and width on a page of their own (opening blocks changes a page, so not a shared one):
-    ``{"tables": [...], "broken": [...], "unlabelled": [...], "cards": n}``. Session-scoped: the browser
-    tests run sorted by page, so a module fixture would be built again at each return to this module."""
+    page and width on the shared page (``visit``'s), whose blocks are closed again after:
+    ``{"tables": [...], "broken": [...], "unlabelled": [...], "cards": n}``. A page that does not return
+    to its ready state (markup, address, viewport) is closed, so that the next test opens it afresh.
+    Session-scoped: the browser tests run sorted by page, so a module fixture would be built again at
+    each return to this module."""
     measured: dict[tuple[str, int], dict] = {}
 
     def _measure(page: str, width: int) -> dict:
         if (page, width) not in measured:
-            v = window_visit(page, width, 900)  # the shared pages' window height
+            v = shared_pages.get(page, width)
             try:
                 measured[(page, width)] = v.page.evaluate(LAYOUT_JS)
             finally:
-                v.close()
+                if v.state() != v.ready_state:
+                    shared_pages.drop(page, width)
         return measured[(page, width)]
 
     return _measure
