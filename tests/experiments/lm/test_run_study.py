@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from stiefel_mini.experiments.config import replace
+from stiefel_mini.experiments.lm import data as lm_data
 from stiefel_mini.experiments.lm import run_study, studies
 from stiefel_mini.experiments.lm.config import PRESETS
 from stiefel_mini.experiments.lm.experiment import study
@@ -26,6 +27,26 @@ TINY = Study(name="tiny_test", out="unused.json", arms=(("adamw", "adamw"), ("al
              main_lr=(("adamw", "lr"), ("all_stiefel", "frame_lr")))
 
 
+@pytest.fixture(scope="session")  # not "module": that would keep this file's tests on one xdist worker
+def corpus_slice(tmp_path_factory):
+    """A slice of the corpus, as test_experiment.py's: the first 1,500 characters of every address, same names
+    and split. The runs here check what the runner hands the experiment, not the text; encoding the whole
+    training split took 20 s of each worker's time on two loaded cores."""
+    folder = tmp_path_factory.mktemp("sotu")
+    source = lm_data.corpus_dir()
+    for name in lm_data.addresses(source):
+        (folder / f"{name}.txt").write_text((source / f"{name}.txt").read_text(encoding="utf-8")[:1500],
+                                            encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def on_the_slice(corpus_slice, monkeypatch):
+    """The training runs of a test read :func:`corpus_slice`."""
+    monkeypatch.setenv(lm_data.CORPUS_ENV, str(corpus_slice))
+
+
+@pytest.mark.usefixtures("on_the_slice")
 def test_a_study_runs_to_its_end_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setitem(studies.STUDIES, TINY.name, TINY)
     base = replace(PRESETS["tiny"], eval_every=2, samples=0, progress=False)
@@ -107,6 +128,7 @@ def _round2_point(arm: str, steps: int) -> dict:
             for k, v in point.items()}
 
 
+@pytest.mark.usefixtures("on_the_slice")
 @pytest.mark.parametrize("arm", [a for a, _ in studies.ROUND2.arms])
 def test_each_arm_of_the_second_study_runs_and_records_its_settings(arm):
     point = _round2_point(arm, steps=4)
@@ -117,6 +139,7 @@ def test_each_arm_of_the_second_study_runs_and_records_its_settings(arm):
     assert r["max_logit"] == r["history"]["max_logit"][-1] and r["min_entropy"] > 0 and r["device"] == "cpu"
 
 
+@pytest.mark.usefixtures("on_the_slice")
 def test_a_run_of_the_first_study_takes_the_base_configs_steps_and_the_third_its_scale_lr():
     base = replace(PRESETS["tiny"], steps=4, eval_every=2, samples=0)
     first = run_study.run_point("round1", base, plan(studies.ROUND1, []).ready[0], COMMIT)
@@ -126,6 +149,7 @@ def test_a_run_of_the_first_study_takes_the_base_configs_steps_and_the_third_its
     assert third["frame_lr"] == 0.3 and third["val_bpb"] > 0
 
 
+@pytest.mark.usefixtures("on_the_slice")
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("arm", [a for a, _ in studies.ROUND2.arms])
 def test_each_arm_of_the_second_study_runs_on_cuda_and_says_so(arm):
@@ -137,6 +161,7 @@ def test_each_arm_of_the_second_study_runs_on_cuda_and_says_so(arm):
     assert gpu["val_bpb"] == pytest.approx(cpu["val_bpb"], abs=0.05)
 
 
+@pytest.mark.usefixtures("on_the_slice")
 def test_the_package_command_line_hands_single_runs_to_the_experiment(tmp_path, capsys):
     run_study.main(["--preset", "tiny", "--arm", "muon", "--steps", "4", "--eval_every", "2", "--progress", "false"])
     assert "muon seed 0: validation" in capsys.readouterr().out
