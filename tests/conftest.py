@@ -136,6 +136,55 @@ def xdist_group(item) -> str | None:
     return None
 
 
+GROUPED_FILES = (
+    "tests/experiments/cifar/test_data.py",
+    "tests/experiments/cifar/test_experiment.py",
+    "tests/experiments/cifar/test_train.py",
+    "tests/experiments/lm/test_data.py",
+    "tests/experiments/lm/test_experiment.py",
+    "tests/experiments/weight_decay/test_experiment.py",
+    "tests/test_counterfactual.py",
+    "tests/test_evidence_families.py",
+    "tests/test_forest.py",
+    "tests/test_fsdp.py",
+    "tests/test_lm_chapter.py",
+    "tests/test_manifold_muon_cap.py",
+    "tests/test_muon_fsdp.py",
+    "tests/test_widgets.py",
+)
+"""The files whose tests share a fixture of :data:`SHARED_SCOPES`: the scheduler keeps each on one worker.
+Written out because the xdist controller, which schedules, collects nothing: it has the test ids alone.
+``test_setup_files.py`` fails when a collected test has an :func:`xdist_group` that is not its
+:func:`scheduled_group`; the scheduler keeps the other tests of these files with them."""
+
+
+def scheduled_group(nodeid: str) -> str | None:
+    """The group the scheduler gives the test ``nodeid`` (None: any worker may take it): :func:`xdist_group`'s,
+    read off the test id."""
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/browser/"):
+        return "browser"
+    return path if path in GROUPED_FILES else None
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` by :func:`scheduled_group`. pytest-xdist's own loadgroup reads the groups off a
+    suffix its worker hook writes into each test id (``test@group``); since pytest 9.2 a test id is no longer
+    the field it writes (pytest-xdist issue 1386), so every group was silently split over the workers."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduled_group(nodeid) or nodeid
+
+    return GroupScheduling(config, log)
+
+
+GROUP_MISMATCHES = pytest.StashKey[list]()
+"""Collected tests with an :func:`xdist_group` other than their :func:`scheduled_group`."""
+
 SUITE_COUNTS = pytest.StashKey[dict]()
 """The session's tests per README figure (``tests``, ``quick``, ``browser``) when it collected the whole
 suite (``tests/test_setup_files.py`` compares them with the README's)."""
@@ -164,8 +213,16 @@ def pytest_collection_modifyitems(config, items):
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if group is not None and group != scheduled_group(item.nodeid):
+            config.stash.setdefault(GROUP_MISMATCHES, []).append(item.nodeid)
     if _collected_whole_suite(config):
         config.stash[SUITE_COUNTS] = suite_counts(items)
+
+
+@pytest.fixture(scope="session")
+def group_mismatches(request) -> list[str]:
+    """The collected tests whose scheduled group is not their :func:`xdist_group` (see :data:`GROUPED_FILES`)."""
+    return request.config.stash.get(GROUP_MISMATCHES, [])
 
 
 @pytest.fixture(scope="session")

@@ -232,3 +232,11 @@ def test_a_measurement_is_recorded_when_only_the_figures_it_renews_failed():
     assert measure.only_figure_tests_failed(output(counts, "test_chapter_fits_its_length[book/intro.html]")) is None
     assert measure.only_figure_tests_failed(output(counts, failed=2)) is None, "a failure without its report"
     assert measure.only_figure_tests_failed(output()) is None
+
+
+def test_the_scheduler_keeps_each_shared_fixture_on_one_worker(group_mismatches):
+    """Every test whose module shares a fixture, and every browser test, is scheduled in its group (the
+    xdist controller reads the groups off the test ids: tests/conftest.py's GROUPED_FILES)."""
+    assert group_mismatches == [], (
+        f"{len(group_mismatches)} tests are scheduled outside their group, e.g. {group_mismatches[:3]}: "
+        "add their files to GROUPED_FILES in tests/conftest.py (or remove files that no longer share a fixture)")
