@@ -233,3 +233,18 @@ def collected_counts(request) -> dict[str, int] | None:
 
 def pytest_configure(config):
     config.pluginmanager.register(SkipPolicy(), "stiefel_mini_skip_policy")
+
+
+@pytest.fixture(scope="session")
+def corpus_slice(tmp_path_factory):
+    """A slice of the language-model corpus: the first 1,500 characters of every address, same names and
+    split, for tests of what a runner does rather than of the text (the whole training split takes about
+    20 s to encode). Point ``STIEFEL_MINI_SOTU`` at it (``lm_data.CORPUS_ENV``)."""
+    from stiefel_mini.experiments.lm import data as lm_data
+
+    folder = tmp_path_factory.mktemp("sotu")
+    source = lm_data.corpus_dir()
+    for name in lm_data.addresses(source):
+        (folder / f"{name}.txt").write_text((source / f"{name}.txt").read_text(encoding="utf-8")[:1500],
+                                            encoding="utf-8")
+    return folder

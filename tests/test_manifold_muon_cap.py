@@ -21,30 +21,19 @@ def load():
     return module
 
 
-@pytest.fixture(scope="module")
-def small_corpus(tmp_path_factory):
-    """A slice of the corpus: the first 1,500 characters of every address, same names and split."""
-    folder = tmp_path_factory.mktemp("sotu")
-    source = lm_data.corpus_dir()
-    for name in lm_data.addresses(source):
-        (folder / f"{name}.txt").write_text((source / f"{name}.txt").read_text(encoding="utf-8")[:1500],
-                                            encoding="utf-8")
-    return folder
-
-
-def run(small_corpus, tmp_path, *extra: str) -> dict:
+def run(corpus_slice, tmp_path, *extra: str) -> dict:
     """The benchmark at the tiny preset for 6 steps, its record read back from the results file."""
     out = tmp_path / "cap.json"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(lm_data.CORPUS_ENV, str(small_corpus))
+        mp.setenv(lm_data.CORPUS_ENV, str(corpus_slice))
         load().main(["--preset", "tiny", "--steps", "6", "--capture", *CAPTURE, "--rounds", "1",
                      "--out", str(out), *extra])
     return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
-def capped(small_corpus, tmp_path_factory):
-    return run(small_corpus, tmp_path_factory.mktemp("capped"))
+def capped(corpus_slice, tmp_path_factory):
+    return run(corpus_slice, tmp_path_factory.mktemp("capped"))
 
 
 def test_the_record_holds_its_provenance_and_every_kind_at_every_captured_step(capped):
@@ -94,8 +83,8 @@ def test_residuals_and_norms_are_as_stated(capped):
             assert min(r["angle_capped_converged_deg"]) > 0.1
 
 
-def test_a_large_enough_cap_gives_the_converged_step(small_corpus, tmp_path):
-    record = run(small_corpus, tmp_path, "--max_iter", "100", "--tol", "1e-5")
+def test_a_large_enough_cap_gives_the_converged_step(corpus_slice, tmp_path):
+    record = run(corpus_slice, tmp_path, "--max_iter", "100", "--tol", "1e-5")
     for r in record["points"]:
         assert r["iterations"]["capped"] < 100
         assert all(abs(v - 1) <= 1e-6 for v in r["objective_ratio"]["capped"] + r["moved_ratio"]["capped"])

@@ -19,20 +19,9 @@ from stiefel_mini.experiments.records import load_results
 TINY = replace(PRESETS["tiny"], progress=False)
 
 
-@pytest.fixture(scope="module")
-def small_corpus(tmp_path_factory):
-    """A slice of the corpus: the first 1,500 characters of every address, same names and split."""
-    folder = tmp_path_factory.mktemp("sotu")
-    source = lm_data.corpus_dir()
-    for name in lm_data.addresses(source):
-        (folder / f"{name}.txt").write_text((source / f"{name}.txt").read_text(encoding="utf-8")[:1500],
-                                            encoding="utf-8")
-    return folder
-
-
 @pytest.fixture(autouse=True)
-def on_the_slice(small_corpus, monkeypatch):
-    monkeypatch.setenv(lm_data.CORPUS_ENV, str(small_corpus))
+def on_the_slice(corpus_slice, monkeypatch):
+    monkeypatch.setenv(lm_data.CORPUS_ENV, str(corpus_slice))
 
 
 @pytest.mark.parametrize("arm", sorted(LM_ARMS))

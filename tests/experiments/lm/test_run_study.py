@@ -27,19 +27,6 @@ TINY = Study(name="tiny_test", out="unused.json", arms=(("adamw", "adamw"), ("al
              main_lr=(("adamw", "lr"), ("all_stiefel", "frame_lr")))
 
 
-@pytest.fixture(scope="session")  # not "module": that would keep this file's tests on one xdist worker
-def corpus_slice(tmp_path_factory):
-    """A slice of the corpus, as test_experiment.py's: the first 1,500 characters of every address, same names
-    and split. The runs here check what the runner hands the experiment, not the text; encoding the whole
-    training split took 20 s of each worker's time on two loaded cores."""
-    folder = tmp_path_factory.mktemp("sotu")
-    source = lm_data.corpus_dir()
-    for name in lm_data.addresses(source):
-        (folder / f"{name}.txt").write_text((source / f"{name}.txt").read_text(encoding="utf-8")[:1500],
-                                            encoding="utf-8")
-    return folder
-
-
 @pytest.fixture
 def on_the_slice(corpus_slice, monkeypatch):
     """The training runs of a test read :func:`corpus_slice`."""
