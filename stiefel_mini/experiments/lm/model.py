@@ -20,12 +20,12 @@ import torch
 from torch import nn
 
 from stiefel_mini import StiefelAdam, convert_attention
-from stiefel_mini.experiments.lm.config import LM_ARMS, LMConfig
+from stiefel_mini.experiments.lm.config import LM_ARMS, LMConfig, LMModel
 from stiefel_mini.experiments.reference_optimizers import Muon
 from stiefel_mini.experiments.runtime import stream_seed
 from stiefel_mini.groups import frame_parameters, qk_parameters
 
-__all__ = ["FRAME_ARMS", "build_model", "gpt2", "parameter_roles", "make_optimizers", "lr_factor",
+__all__ = ["FRAME_ARMS", "build_model", "gpt2", "gpt2_parameter_count", "parameter_roles", "make_optimizers", "lr_factor",
            "logit_scales", "split_logit_scales", "scale_growth_bound"]
 
 FRAME_ARMS = ("stiefel", "frozen", "muon_stiefel")
@@ -66,6 +66,22 @@ def gpt2(cfg: LMConfig, eot_id: int = 0) -> nn.Module:
         return GPT2LMHeadModel(config)
     finally:
         torch.random.set_rng_state(state)
+
+
+def gpt2_parameter_count(m: LMModel) -> int:
+    r"""The number of parameters of :func:`gpt2`'s model, counted without building it (nor importing transformers).
+
+    .. math:: N = (V + T)\,d + L\,(12 d^2 + 13 d) + 2 d
+
+    for vocabulary :math:`V`, context :math:`T`, width :math:`d` and :math:`L` layers: token and position
+    embeddings (the output layer shares the token embedding); per block the fused ``c_attn``
+    (:math:`3d^2 + 3d`), ``attn.c_proj`` (:math:`d^2 + d`), ``mlp.c_fc`` (:math:`4d^2 + 4d`), ``mlp.c_proj``
+    (:math:`4d^2 + d`) and two layer norms (:math:`4d`); the final layer norm (:math:`2d`). Converting the
+    attention keeps the count (``test_model`` checks both against built models). Reference: Radford et al.,
+    "Language Models are Unsupervised Multitask Learners" (2019), the GPT-2 architecture.
+    """
+    d = m.d_model
+    return (m.vocab_size + m.context) * d + m.n_layer * (12 * d * d + 13 * d) + 2 * d
 
 
 def parameter_roles(model: nn.Module) -> dict[str, list[nn.Parameter]]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from stiefel_mini.experiments.lm.attention import uniform_entropy
 from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, LMConfig
-from stiefel_mini.experiments.lm.model import scale_growth_bound
+from stiefel_mini.experiments.lm.model import gpt2_parameter_count, scale_growth_bound
 from stiefel_mini.experiments.lm.plans import Study, plan
 from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2, ROUND3
 from stiefel_mini.experiments.records import load_results
@@ -60,7 +60,6 @@ def setup_facts(cfg: LMConfig = PRESETS["cpu"]) -> dict:
     import inspect
 
     from stiefel_mini.experiments.lm.experiment import sample
-    from stiefel_mini.experiments.lm.model import build_model
     from stiefel_mini.experiments.reference_optimizers import newton_schulz
 
     meta = load_results(results_path(TOKENIZER_META))
@@ -77,7 +76,7 @@ def setup_facts(cfg: LMConfig = PRESETS["cpu"]) -> dict:
             "val_years": years["val"], "test_years": years["test"],
             "layers": m.n_layer, "width": m.d_model, "heads": m.n_head, "head_size": m.d_model // m.n_head,
             "context": m.context, "vocab": m.vocab_size,
-            "params": sum(p.numel() for p in build_model(cfg).parameters()),
+            "params": gpt2_parameter_count(m),
             "steps": cfg.steps, "batch": cfg.batch_size, "tokens": tokens,
             "passes": tokens / meta["tokens"]["train"], "bytes_per_token": bpt,
             "uniform_bpb": math.log2(m.vocab_size) / bpt, "threads": cfg.threads,

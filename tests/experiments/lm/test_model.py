@@ -10,8 +10,8 @@ import torch
 from stiefel_mini import StiefelAdam
 from stiefel_mini.experiments.config import replace
 from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS
-from stiefel_mini.experiments.lm.model import (FRAME_ARMS, build_model, lr_factor, make_optimizers, parameter_roles,
-                                               scale_growth_bound)
+from stiefel_mini.experiments.lm.model import (FRAME_ARMS, build_model, gpt2, gpt2_parameter_count, lr_factor,
+                                               make_optimizers, parameter_roles, scale_growth_bound)
 from stiefel_mini.experiments.reference_optimizers import Muon
 from stiefel_mini.geometry import orthogonality_error, project
 
@@ -118,3 +118,12 @@ def test_two_adam_scales_grow_by_the_bound_when_every_gradient_agrees_and_less_o
     assert scale_growth_bound(steps, lr, 0.25, 0.1, n_scales=1) == pytest.approx(math.sqrt(bound))
     with pytest.raises(ValueError, match="steps >= 1"):
         scale_growth_bound(0, lr, 0.25, 0.1)
+
+
+@pytest.mark.parametrize("arm", ["adamw", "stiefel"])
+@pytest.mark.parametrize("shape", [dict(), dict(n_layer=2, d_model=96, n_head=3, context=40, vocab_size=300)])
+def test_the_parameter_count_is_the_built_models_unconverted_and_converted(arm, shape):
+    cfg = replace(PRESETS["cpu"], arm=arm, **shape)
+    count = gpt2_parameter_count(cfg.model)
+    assert count == sum(p.numel() for p in gpt2(cfg).parameters())
+    assert count == sum(p.numel() for p in build_model(cfg).parameters())
