@@ -99,7 +99,8 @@ def test_training_keeps_frames_on_the_manifold_and_moves_them_by_frame_lr():
 
 def test_muon_matrix_step_is_nesterov_muon():
     W = nn.Parameter(torch.randn(8, 6))
-    opt = StiefelMuon([W], lr=0.1, momentum=0.9, weight_decay=0.5)
+    # float32 Newton-Schulz, as the reference: "auto" is bfloat16 on a CPU with AVX512-BF16
+    opt = StiefelMuon([W], lr=0.1, momentum=0.9, weight_decay=0.5, ns_dtype="float32")
     G1, G2 = torch.randn(8, 6), torch.randn(8, 6)
     w, buf = W.detach().clone(), torch.zeros(8, 6)
     for G in (G1, G2):

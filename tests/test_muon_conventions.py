@@ -62,7 +62,9 @@ def test_a_tensor_muon_cannot_step_is_refused_when_its_group_is_added(group, mat
 
 def test_zero_grad_none_skips_every_role_and_zero_gradients_coast_on_momentum():
     frame, matrix, vector = _params()
-    opt = StiefelMuon([frame, matrix, vector], lr=0.1, frame_lr=0.05, adamw_lr=0.01, momentum=0.9)
+    # float32 Newton-Schulz, as the reference: "auto" is bfloat16 on a CPU with AVX512-BF16
+    opt = StiefelMuon([frame, matrix, vector], lr=0.1, frame_lr=0.05, adamw_lr=0.01, momentum=0.9,
+                      ns_dtype="float32")
     _set_grads([frame, matrix, vector], seed=1)
     G, Gf = matrix.grad.clone(), frame.grad.clone()
     opt.step()
@@ -91,7 +93,9 @@ def test_zero_grad_none_skips_every_role_and_zero_gradients_coast_on_momentum():
 
 def test_lambda_lr_scales_the_step_each_role_takes():
     frame, matrix, vector = _params()
-    opt = StiefelMuon([frame, matrix, vector], lr=0.1, frame_lr=0.04, adamw_lr=0.01, momentum=0.0)
+    # float32 Newton-Schulz, as the reference: "auto" is bfloat16 on a CPU with AVX512-BF16
+    opt = StiefelMuon([frame, matrix, vector], lr=0.1, frame_lr=0.04, adamw_lr=0.01, momentum=0.0,
+                      ns_dtype="float32")
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5 ** step)
     assert [g["initial_lr"] for g in opt.param_groups] == [0.1]  # one group: its lead role's (Muon's) lr
     for step in range(3):
@@ -164,9 +168,10 @@ def _adamw_twin(p: nn.Parameter, **kw) -> tuple[nn.Parameter, torch.optim.AdamW]
 
 def test_a_groups_own_lr_weight_decay_and_betas_win_over_the_role_defaults():
     frame, matrix, vector = _params()
+    # float32 Newton-Schulz, as the reference: "auto" is bfloat16 on a CPU with AVX512-BF16
     opt = StiefelMuon([{"params": [vector], "lr": 1e-3, "weight_decay": 0.2, "betas": (0.8, 0.9)},
                        {"params": [frame], "lr": 0.05}, {"params": [matrix]}], lr=0.1, frame_lr=0.01, adamw_lr=3e-4,
-                      weight_decay=0.0, momentum=0.0)
+                      weight_decay=0.0, momentum=0.0, ns_dtype="float32")
     twin, ref = _adamw_twin(vector, lr=1e-3, weight_decay=0.2, betas=(0.8, 0.9))
     for step in range(3):
         _set_grads([frame, matrix, vector], seed=step)

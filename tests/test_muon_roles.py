@@ -101,7 +101,8 @@ def test_vit_embeddings_tokens_and_patch_conv_take_adamw_and_hidden_convs_are_fl
     convnet = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 16, 3), nn.Flatten(), nn.Linear(16 * 4, CLASSES))
     assert mark_muon_roles(convnet)["2.weight"].layout == "flatten"
     conv = convnet[2].weight
-    opt = StiefelMuon([conv], lr=0.1, momentum=0.0)
+    # float32 Newton-Schulz, as the reference: "auto" is bfloat16 on a CPU with AVX512-BF16
+    opt = StiefelMuon([conv], lr=0.1, momentum=0.0, ns_dtype="float32")
     conv.grad = torch.randn(conv.shape, generator=torch.Generator().manual_seed(1))
     before = conv.detach().clone()
     opt.step()
@@ -120,7 +121,9 @@ def test_gpt2_conv1d_steps_as_torch_muon_on_the_same_matrix_stored_out_in(monkey
     torch.manual_seed(0)
     model = MODELS["gpt2"]()
     convert_attention(model)
-    opt = StiefelMuon(model.parameters(), lr=0.02)  # no in_out: Conv1D's layout is read off the model
+    # float32 Newton-Schulz, as the reference: "auto" is bfloat16 on a CPU with AVX512-BF16
+    # no in_out: Conv1D's layout is read off the model
+    opt = StiefelMuon(model.parameters(), lr=0.02, ns_dtype="float32")
     x = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
     model(input_ids=x, labels=x).loss.backward()
     refs = {}
@@ -140,7 +143,8 @@ def test_a_transposed_frame_projection_built_by_hand_steps_its_rest_as_stored():
     proj, _ = FrameProjection.from_weight(torch.randn(16, 48, generator=g), torch.zeros(48), {"q": 2, "k": 2}, 8,
                                           transposed=True)
     rest = proj.rest_weight  # (in, out) = (16, 16): V of a GPT-2 c_attn
-    opt = StiefelMuon(proj.parameters(), lr=0.1, momentum=0.0)
+    # float32 Newton-Schulz, as the reference: "auto" is bfloat16 on a CPU with AVX512-BF16
+    opt = StiefelMuon(proj.parameters(), lr=0.1, momentum=0.0, ns_dtype="float32")
     proj(torch.randn(3, 16, generator=g)).pow(2).sum().backward()
     before, G = rest.detach().clone(), rest.grad.clone()
     opt.step()
