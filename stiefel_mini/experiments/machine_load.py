@@ -5,9 +5,10 @@ A benchmark that times arms side by side (``benchmarks/``) wraps its measurement
 itself used and the CPU the rest of the machine used meanwhile (``/proc/stat``, with the part of it
 run at a lower priority, ``nice``), in cores. :func:`run_load` reads that record back from a stored
 benchmark file (and the one-minute load average that older files stored alone), and
-:func:`load_sentence` says it in words for a chapter, flagging a run measured with the load average
-above the machine's core count: then other work competed for the cores, so the times are longer
-than on an idle machine and the per-round ratios noisier.
+:func:`load_sentence` says it in words for a chapter, flagging a run during which the run and other
+work kept the cores busy (for an older file: the load average above the machine's core count): then
+other work competed for the cores, so the times are longer than on an idle machine and the per-round
+ratios noisier.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from pathlib import Path
 __all__ = ["LoadMeter", "machine_cpu", "run_load", "overloaded", "load_sentence"]
 
 _STAT = Path("/proc/stat")
+BUSY = 0.95
+"""The share of the cores' time that the run and other work together used, at or above which a run counts
+as measured under load (:func:`overloaded`): the cores were all busy, so other work waited for them or
+they for it."""
 
 
 def machine_cpu() -> dict[str, float] | None:
@@ -96,9 +101,17 @@ def run_load(record: dict) -> dict | None:
 
 
 def overloaded(load: dict) -> bool:
-    """Whether the one-minute load average, before or after, was above the core count."""
+    """Whether other work competed for the cores: where the run measured the CPU it and the rest of the
+    machine used, whether together they kept the cores busy (:data:`BUSY` of them or more); else whether
+    the one-minute load average, before or after, was above the core count. The measured CPU comes first
+    because the load average trails by about a minute: work stopped just before the run (a study paused
+    for it) still counts in it."""
+    if not load.get("cores"):
+        return False
+    if load.get("process_cores") is not None and load.get("other_cores") is not None:
+        return load["process_cores"] + load["other_cores"] >= BUSY * load["cores"]
     peaks = [load[k][0] for k in ("loadavg_before", "loadavg_after") if load.get(k)]
-    return bool(load.get("cores")) and max(peaks, default=0.0) > load["cores"]
+    return max(peaks, default=0.0) > load["cores"]
 
 
 def load_sentence(record: dict) -> str:
@@ -119,7 +132,8 @@ def load_sentence(record: dict) -> str:
                      "at a lower priority)")
     text += "."
     if overloaded(load):
-        text += (f" Measured under load: the load average was above the {load['cores']} cores, so other work "
-                 "competed for them: these times are longer than on an idle machine and their ratios noisier; "
-                 "remeasure on an idle machine before relying on them.")
+        why = (f"it and other work kept the {load['cores']} cores busy" if load.get("other_cores") is not None
+               and load.get("process_cores") is not None else f"the load average was above the {load['cores']} cores")
+        text += (f" Measured under load: {why}, so other work competed for them: these times are longer than on "
+                 "an idle machine and their ratios noisier; remeasure on an idle machine before relying on them.")
     return text

@@ -71,3 +71,16 @@ def test_the_sentence_says_what_the_benchmark_and_the_rest_used():
     assert text == ("The machine's load average was 1.2 before and 1.5 after, on 2 cores; the benchmark used "
                     "0.98 cores and other work 0.31 (of which 0.30 at a lower priority).")
     assert load_sentence({}) == "The run did not record the machine's load."
+
+
+@pytest.mark.parametrize("process, other, before, flagged", [
+    (1.0, 0.01, [2.1, 2.4, 2.3], False),  # a study paused just before: the load average still counts it
+    (1.0, 0.95, [0.5, 0, 0], True),  # the two cores busy throughout, whatever the average said as it began
+    (1.0, 0.8, [3.0, 0, 0], False),
+])
+def test_the_cpu_measured_over_the_run_decides_where_it_was_measured(process, other, before, flagged):
+    load = {"cores": 2, "loadavg_before": before, "loadavg_after": before, "seconds": 60.0,
+            "process_cores": process, "other_cores": other, "other_niced_cores": 0.0}
+    assert overloaded(load) is flagged
+    text = load_sentence({"load": load})
+    assert ("Measured under load: it and other work kept the 2 cores busy" in text) is flagged
