@@ -12,22 +12,34 @@ Tensors that are not DTensors pass through every function here unchanged, at no 
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:  # torch built without distributed support
-    DTensor = None
-
 __all__ = ["is_dtensor", "local", "check_frame_placement", "like", "mesh_of", "all_true", "max_over"]
+
+_DTENSOR: list[type] = []  # torch's DTensor class, once torch.distributed.tensor is loaded
+
+
+def _dtensor_class() -> type | None:
+    """``torch.distributed.tensor.DTensor`` where that module is loaded, else ``None``.
+
+    A tensor can only be a DTensor once its module is imported, so ``import stiefel_mini`` does not
+    import it (about half a second, paid by every process that imports the library)."""
+    if not _DTENSOR:
+        cls = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+        if cls is None:
+            return None
+        _DTENSOR.append(cls)
+    return _DTENSOR[0]
 
 
 def is_dtensor(t: Tensor) -> bool:
     """Whether ``t`` is a ``torch.distributed.tensor.DTensor``."""
-    return DTensor is not None and isinstance(t, DTensor)
+    cls = _dtensor_class()
+    return cls is not None and isinstance(t, cls)
 
 
 def local(t: Tensor) -> Tensor:
@@ -71,7 +83,8 @@ def like(t: Tensor, p: Tensor, shape: tuple[int, ...]) -> Tensor:
     if not is_dtensor(p):
         return t
     stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))  # contiguous
-    return DTensor.from_local(t, p.device_mesh, p.placements, run_check=False, shape=torch.Size(shape), stride=stride)
+    return _dtensor_class().from_local(t, p.device_mesh, p.placements, run_check=False, shape=torch.Size(shape),
+                                      stride=stride)
 
 
 def mesh_of(ps: list[Tensor]):

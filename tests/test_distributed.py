@@ -9,6 +9,8 @@ and checks exactly that, plus that the frames stay on the manifold.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -77,3 +79,11 @@ def test_ddp_two_cpu_ranks_keep_identical_frames_on_the_manifold():
         err = orthogonality_error(a).max().item()
         assert err < 1e-5, f"off the manifold: {err:.2e}"
         print(f"frame {tuple(a.shape)}: identical on {WORLD_SIZE} ranks, max ||W W^T - I||_F = {err:.1e}")
+
+
+def test_importing_the_library_leaves_dtensor_unloaded_and_a_later_dtensor_is_still_recognised():
+    code = ("import sys, stiefel_mini; from stiefel_mini import _distributed as d; import torch; "
+            "assert 'torch.distributed.tensor' not in sys.modules; assert not d.is_dtensor(torch.ones(1)); "
+            "from torch.distributed.tensor import DTensor; "
+            "fake = torch.Tensor._make_subclass(DTensor, torch.ones(1)); assert d.is_dtensor(fake)")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
