@@ -25,7 +25,7 @@ from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.groups import frame_parameters, param_groups
 from stiefel_mini.convert import convert_attention
 from stiefel_mini.optim import StiefelAdam
-from tests.ports import free_port
+from tests.rendezvous import rendezvous
 
 transformers = pytest.importorskip("transformers")
 
@@ -59,12 +59,11 @@ def _train(model, rank: int = 0, world: int = 1) -> None:
         opt.step()
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
+def _worker(rank: int, init: str, out_dir: str) -> None:
     from torch.distributed.fsdp import fully_shard
 
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60))
     try:
         model = _model()
         for layer in model.model.layers:
@@ -79,7 +78,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 
 
 def test_sharded_converted_llama_matches_one_process(tmp_path):
-    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_worker, args=(rendezvous(tmp_path), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
     reference = _model()
     _train(reference)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD_SIZE)]

@@ -23,7 +23,7 @@ from stiefel_mini.groups import frame_parameters, param_groups
 from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.convert import convert_attention
 from stiefel_mini.optim import StiefelAdam
-from tests.ports import free_port
+from tests.rendezvous import rendezvous
 
 WORLD_SIZE, STEPS = 2, 4
 
@@ -41,10 +41,9 @@ class _Tiny(nn.Module):
         return self.head((x + y).mean(dim=1))  # (B, 3)
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+def _worker(rank: int, init: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD_SIZE)
     try:
         torch.manual_seed(0)  # same initial model on every rank (DDP also broadcasts rank 0's)
         model = _Tiny()
@@ -66,7 +65,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo is not available")
 def test_ddp_two_cpu_ranks_keep_identical_frames_on_the_manifold():
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(free_port(), out_dir), nprocs=WORLD_SIZE, join=True)
+        mp.spawn(_worker, args=(rendezvous(out_dir), out_dir), nprocs=WORLD_SIZE, join=True)
         results = [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=True) for r in range(WORLD_SIZE)]
     frames0, frames1 = results[0]["frames"], results[1]["frames"]
     assert len(frames0) == 2  # q_weight and k_weight, (4, 4, 16) each

@@ -42,7 +42,7 @@ from stiefel_mini.geometry import orthogonality_error
 from stiefel_mini.mha import StiefelMultiheadAttention
 from stiefel_mini.optim import StiefelAdam
 from stiefel_mini.vit import Block
-from tests.ports import free_port
+from tests.rendezvous import rendezvous
 
 pytestmark = [
     pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -141,11 +141,10 @@ def _sharded(n_heads: int, placement_fn=None) -> _Net:
     return model
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+def _worker(rank: int, init: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     # A rank left waiting in a collective fails after the timeout instead of hanging the test.
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60))
     try:
         out: dict = {}
         for n_heads in HEADS:
@@ -272,7 +271,7 @@ def runs(tmp_path_factory):
             _save(model, opt, os.path.join(out_dir, "ckpt1_h4"))
         _train(model, opt, range(RESUME_AT, STEPS))
         reference[n_heads] = _snapshot(model, opt)
-    mp.spawn(_worker, args=(free_port(), out_dir), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_worker, args=(rendezvous(out_dir), out_dir), nprocs=WORLD_SIZE, join=True)
     ranks = [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(WORLD_SIZE)]
     model = _model(4)
     opt = _optimizer(model)

@@ -197,16 +197,14 @@ def test_mark_frame_marks_any_matrix_and_refuses_a_vector():
         mark_frame(nn.Parameter(torch.ones(3)))
 
 
-def _sharded_marks(rank: int, port: int, out: str) -> None:
-    import os
+def _sharded_marks(rank: int, init: str, out: str) -> None:
     from datetime import timedelta
 
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2, timeout=timedelta(seconds=60))
     try:
         m = _holders()
         for module in m:
@@ -233,10 +231,10 @@ def _sharded_marks(rank: int, port: int, out: str) -> None:
 def test_the_mark_survives_fsdp2_sharding_and_keeps_frames_on_the_manifold(tmp_path):
     import torch.multiprocessing as mp
 
-    from tests.ports import free_port
+    from tests.rendezvous import rendezvous
 
     out = str(tmp_path / "marks.pt")
-    mp.spawn(_sharded_marks, args=(free_port(), out), nprocs=2, join=True)
+    mp.spawn(_sharded_marks, args=(rendezvous(tmp_path), out), nprocs=2, join=True)
     got = torch.load(out)
     assert got["marked"] == got["after"] == FRAMES
     assert max(got["errors"]) < 1e-5

@@ -23,7 +23,7 @@ from torch import nn
 from stiefel_mini import StiefelMuon
 from stiefel_mini.geometry import orthogonality_error, random_stiefel
 from stiefel_mini.groups import FrameHolder
-from tests.ports import free_port
+from tests.rendezvous import rendezvous
 
 pytestmark = [
     pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -63,12 +63,11 @@ def _train(model, opt, rank: int = 0, world: int = 1) -> None:
         opt.step()
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
+def _worker(rank: int, init: str, out_dir: str) -> None:
     from torch.distributed.fsdp import fully_shard
 
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60))
     try:
         out: dict = {}
         model = fully_shard(_Heads())
@@ -109,7 +108,7 @@ def runs(tmp_path_factory):
     opt = StiefelMuon(model.parameters(), frame_lr=0.05, adamw_lr=1e-2)
     _train(model, opt)
     reference = {"q": model.q.detach().clone(), "multiplier": opt.state[model.q]["multiplier"]}
-    mp.spawn(_worker, args=(free_port(), out_dir), nprocs=WORLD_SIZE, join=True)
+    mp.spawn(_worker, args=(rendezvous(out_dir), out_dir), nprocs=WORLD_SIZE, join=True)
     ranks = [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(WORLD_SIZE)]
     return reference, ranks
 

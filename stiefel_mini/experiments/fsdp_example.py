@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -203,17 +203,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return {"losses": losses, "orthogonality_error": err, "world_size": world}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _compare_worker(rank: int, world: int, port: int, folder: str, heads: tuple[int, ...], steps: int,
-                    resume_at: int) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+def _compare_worker(rank: int, world: int, folder: str, heads: tuple[int, ...], steps: int, resume_at: int) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    # The rendezvous is a file in the run's own folder: a TCP port found free can be taken by another
+    # process before the group binds it.
+    init = Path(folder, "rendezvous").resolve().as_uri()
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world, timeout=timedelta(seconds=120))
     try:
         out = {}
         for n_heads in heads:
@@ -258,7 +253,7 @@ def compare_to_unsharded(heads: Sequence[int] = (4, 3), world: int = 2, steps: i
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        mp.spawn(_compare_worker, args=(world, _free_port(), folder, heads, steps, resume_at), nprocs=world)
+        mp.spawn(_compare_worker, args=(world, folder, heads, steps, resume_at), nprocs=world)
         sharded = torch.load(os.path.join(folder, "sharded.pt"), weights_only=True)
         for n_heads in heads:
             model = make_model(n_heads)
