@@ -100,6 +100,11 @@ def run_load(record: dict) -> dict | None:
     return {"cores": cores, "loadavg_before": [avg] if isinstance(avg, (int, float)) else list(avg)}
 
 
+def _cpu_measured(load: dict) -> bool:
+    """Whether the run measured the CPU it and the rest of the machine used (where ``/proc/stat`` exists)."""
+    return load.get("process_cores") is not None and load.get("other_cores") is not None
+
+
 def overloaded(load: dict) -> bool:
     """Whether other work competed for the cores: where the run measured the CPU it and the rest of the
     machine used, whether together they kept the cores busy (:data:`BUSY` of them or more); else whether
@@ -108,7 +113,7 @@ def overloaded(load: dict) -> bool:
     for it) still counts in it."""
     if not load.get("cores"):
         return False
-    if load.get("process_cores") is not None and load.get("other_cores") is not None:
+    if _cpu_measured(load):
         return load["process_cores"] + load["other_cores"] >= BUSY * load["cores"]
     peaks = [load[k][0] for k in ("loadavg_before", "loadavg_after") if load.get(k)]
     return max(peaks, default=0.0) > load["cores"]
@@ -132,8 +137,8 @@ def load_sentence(record: dict) -> str:
                      "at a lower priority)")
     text += "."
     if overloaded(load):
-        why = (f"it and other work kept the {load['cores']} cores busy" if load.get("other_cores") is not None
-               and load.get("process_cores") is not None else f"the load average was above the {load['cores']} cores")
+        why = (f"it and other work kept the {load['cores']} cores busy" if _cpu_measured(load)
+               else f"the load average was above the {load['cores']} cores")
         text += (f" Measured under load: {why}, so other work competed for them: these times are longer than on "
                  "an idle machine and their ratios noisier; remeasure on an idle machine before relying on them.")
     return text

@@ -25,8 +25,8 @@ from stiefel_mini.experiments.reference_optimizers import Muon
 from stiefel_mini.experiments.runtime import stream_seed
 from stiefel_mini.groups import frame_parameters, qk_parameters
 
-__all__ = ["FRAME_ARMS", "build_model", "gpt2", "gpt2_parameter_count", "parameter_roles", "make_optimizers", "lr_factor",
-           "logit_scales", "split_logit_scales", "scale_growth_bound"]
+__all__ = ["FRAME_ARMS", "build_model", "gpt2", "gpt2_parameter_count", "parameter_roles", "make_optimizers",
+           "lr_factor", "logit_scales", "split_logit_scales", "scale_growth_bound"]
 
 FRAME_ARMS = ("stiefel", "frozen", "muon_stiefel")
 """The arms whose Q/K are Stiefel frames."""
