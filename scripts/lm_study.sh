@@ -54,7 +54,10 @@ if [[ "$cmd" == "start" ]]; then
   # setsid: a process group of its own (its leader writes its id), so that one signal reaches the
   # study and its workers: kill -STOP -<pgid> pauses them, kill -CONT -<pgid> resumes.
   # $SUB is one word ("round2") or two ("study round4"): left unquoted on purpose.
-  (cd "$wt" && PYTHONPATH="$wt" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 setsid bash -c \
+  # ATEN_CPU_CAPABILITY=avx2: sessions draw different machines (AVX2 only, or AVX-512); every run of a
+  # study then dispatches the same ATen kernels, which every x86-64 machine here has. Each run records
+  # the level it ran at (`cpu.capability`).
+  (cd "$wt" && PYTHONPATH="$wt" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAPABILITY="${ATEN_CPU_CAPABILITY:-avx2}" setsid bash -c \
      'echo $$ > "$1"; exec nice -n 10 .venv/bin/python -m stiefel_mini.experiments.lm $3 --workers 2 --out "$2"' \
      _ "$STATE/pgid" "$FILE" "$SUB" >> "$STATE/log" 2>&1 < /dev/null &)
   sleep 1
