@@ -66,10 +66,25 @@ def frobenius_sq(G: Tensor, *, out: Tensor | None = None) -> Tensor:
     g_max = torch.maximum(  # max |G_ij| (NaN if any is), without a temporary |G|: (B, 1, 1)
         G.amax(dim=(-2, -1), keepdim=True), G.amin(dim=(-2, -1), keepdim=True).neg()
     )
-    finite = torch.isfinite(g_max).view(-1)
-    r = torch.ldexp(torch.ones_like(g_max), -torch.frexp(torch.where(finite.view(-1, 1, 1), g_max, 1.0))[1])
+    # frexp gives exponent 0 for 0, inf and NaN: those frames are scaled by 1.
+    r = torch.ldexp(torch.ones_like(g_max), torch.frexp(g_max)[1].neg_())
     Gr = torch.mul(G, r, out=out)
     return (torch.linalg.vector_norm(Gr, dim=(-2, -1), keepdim=True).to(torch.float64) / r.to(torch.float64)).square()
+
+
+def adam_coefficient(v: Tensor, step: Tensor | float, *, lr: float, beta1: float, beta2: float, eps: float) -> Tensor:
+    """``-lr / ((1 - beta1^t) (sqrt(v / (1 - beta2^t)) + eps))``: the factor that turns the first
+    moment into the step, ``S = coef * m`` (before the cap), for second moment ``v`` at step ``t``.
+
+    The bias corrections are numbers when ``step`` is one (the usual case: a few tensor operations
+    fewer per step), tensors when it is a tensor. Shapes: v any (float64) -> shaped as v, float64.
+    """
+    if isinstance(step, Tensor):
+        t = step.to(device=v.device, dtype=torch.float64)
+        c1, c2 = 1 - beta1**t, 1 - beta2**t
+    else:
+        c1, c2 = 1 - beta1**step, 1 - beta2**step
+    return torch.div(v, c2).sqrt_().add_(eps).mul_(c1).reciprocal_().mul_(-lr)
 
 
 def cap_factor(length: Tensor, max_step: float) -> Tensor:
@@ -111,7 +126,6 @@ def default_frame_update(W: Tensor, G: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
     scratch, pp = buffers["scratch"], buffers["pp"]
     store, dtype = W.dtype, compute_dtype(W.dtype)
     W, G = W.to(dtype), G.to(dtype)
-    t = torch.as_tensor(step, dtype=torch.float64, device=W.device)
     WtG = torch.matmul(W.mT, G, out=pp[0])  # (B, p, p)
     N = sym(WtG, out=pp[1])
     # P_W is linear: m' = P_W(beta1 m + (1 - beta1) G) = (beta1 m + (1 - beta1) G) - W Su, with
@@ -123,8 +137,7 @@ def default_frame_update(W: Tensor, G: Tensor, exp_avg: Tensor, exp_avg_sq: Tens
     n_sq = N64.mul_(N64).sum(dim=(-2, -1), keepdim=True)  # ||N||_F^2, float64
     sample = (frobenius_sq(G, out=scratch) - n_sq).clamp_min(0.0) + floor(dtype) * n_sq  # ||xi||^2 + floor
     v = torch.add(exp_avg_sq * beta2, sample * (1 - beta2), out=buffers["exp_avg_sq"])
-    scale = 1 / ((1 - beta1**t) * ((v / (1 - beta2**t)).sqrt() + eps))  # D = m' * scale, float64
-    coef = (-lr * scale).to(dtype)  # (B, 1, 1); S = coef m' before the cap
+    coef = adam_coefficient(v, step, lr=lr, beta1=beta1, beta2=beta2, eps=eps).to(dtype)  # (B, 1, 1): S = coef m'
     if max_step is not None:
         S = torch.mul(m, coef, out=scratch)
         factor = cap_factor(torch.linalg.vector_norm(S, dim=(-2, -1), keepdim=True), max_step)

@@ -19,8 +19,8 @@ from ._adamw import adamw_step
 from ._buckets import BucketUpdate, bucket_for, diagnose, init_frame_state, v_state_shape
 from ._checks import PROJECTORS, SECOND_MOMENTS, check_frame_tensor, check_hyperparameters, check_saved_frame_state
 from ._checks import frame_name, gradient_sums
-from ._frame_kernel import cap_factor, compute_dtype, default_frame_update, floor, frobenius_sq, polar_bound
-from ._frame_kernel import second_moment_sample
+from ._frame_kernel import adam_coefficient, cap_factor, compute_dtype, default_frame_update, floor, frobenius_sq
+from ._frame_kernel import polar_bound, second_moment_sample
 from ._numerics import polar_or_nan, retract_or_nan
 from .geometry import canonical_gradient, project_tangent, sym
 from .groups import is_frame
@@ -114,7 +114,6 @@ def stiefel_adam_frame_update(
     """
     store, dtype = W.dtype, compute_dtype(W.dtype)
     W, G = W.to(dtype), G.to(dtype)
-    t = torch.as_tensor(step, dtype=torch.float64, device=W.device)
     if projector == "none":  # xi = G: no transport, no floor
         m, sample = torch.lerp(exp_avg, G, 1 - beta1), second_moment_sample(G, second_moment)
     elif second_moment == "frame" and projector == "euclidean":  # the merged form, as above
@@ -132,16 +131,16 @@ def stiefel_adam_frame_update(
         if second_moment == "column":
             sample = sample + floor(dtype) * second_moment_sample(normal, "column")
     v = exp_avg_sq * beta2 + sample * (1 - beta2)
-    scale = 1 / ((1 - beta1**t) * ((v / (1 - beta2**t)).sqrt() + eps))  # D = m * scale, float64
+    coef = adam_coefficient(v, step, lr=lr, beta1=beta1, beta2=beta2, eps=eps)  # -lr D = coef * m, float64
     if second_moment == "frame":  # D is m times one scalar per frame: S = a * b stays tangent
-        a, b = m, (-lr * scale).to(dtype)
+        a, b = m, coef.to(dtype)
         if max_step is not None:
             a = m * b
             b = cap_factor(torch.linalg.vector_norm(a, dim=(-2, -1), keepdim=True), max_step)
         S = None if retraction == "polar" else a * b
     else:  # an uneven rescaling leaves the tangent space: D is projected again
-        D = m * scale.to(dtype)
-        S = -lr * (D if projector == "none" else project_tangent(W, D))
+        lrD = m * coef.to(dtype)  # -lr D
+        S = lrD if projector == "none" else project_tangent(W, lrD)
         if max_step is not None:
             S = S * cap_factor(torch.linalg.matrix_norm(S, keepdim=True), max_step)
     if retraction == "polar":

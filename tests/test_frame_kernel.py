@@ -16,6 +16,7 @@ import torch
 
 from stiefel_mini import random_stiefel, stiefel_adam_frame_update
 from stiefel_mini._frame_kernel import (
+    adam_coefficient,
     cap_factor,
     compute_dtype,
     default_frame_update,
@@ -114,6 +115,30 @@ def test_frobenius_sq_is_exact_at_any_float32_scale(scale):
     got = frobenius_sq(G)
     assert got.dtype == F64 and torch.isfinite(got).all() and (got > 0).all()
     torch.testing.assert_close(got, want, rtol=1e-6, atol=0)  # float32 norm, float64 square
+
+
+def test_frobenius_sq_of_zero_and_non_finite_frames():
+    G = torch.ones(4, 3, 2)
+    G[0] = 0.0
+    G[1, 2, 1] = float("inf")
+    G[2, 0, 0] = float("nan")
+    got = frobenius_sq(G).view(-1)
+    assert got[0] == 0.0 and got[1] == float("inf") and got[2].isnan()
+    assert got[3].item() == pytest.approx(6.0, rel=1e-6)  # a float32 norm, squared in float64
+
+
+def test_adam_coefficient_known_answer_and_tensor_steps():
+    # t = 1: -lr / ((1 - beta1) (sqrt(v / (1 - beta2)) + eps)) = -0.1 / (0.1 * sqrt(4000)) with eps = 0
+    v = torch.full((2, 1, 1), 4.0, dtype=F64)
+    got = adam_coefficient(v, 1, lr=0.1, beta1=0.9, beta2=0.999, eps=0.0)
+    torch.testing.assert_close(got, torch.full_like(v, -(4000.0**-0.5)), rtol=1e-14, atol=0)
+    # eps adds to the bias-corrected root, and a tensor of step counts gives each frame its own
+    steps = torch.tensor([1.0, 10.0], dtype=F64).view(2, 1, 1)
+    want = [-0.1 / ((1 - 0.9**t) * ((4.0 / (1 - 0.999**t)) ** 0.5 + 1e-3)) for t in (1, 10)]
+    got = adam_coefficient(v, steps, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-3)
+    torch.testing.assert_close(got.view(-1), torch.tensor(want, dtype=F64), rtol=1e-14, atol=0)
+    assert torch.equal(adam_coefficient(v, 10, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-3)[1], got[1])
+    assert v.eq(4.0).all()  # not written in place
 
 
 def test_cap_factor_floor_and_polar_bound():
