@@ -143,6 +143,7 @@ GROUPED_FILES = (
     "tests/experiments/lm/test_data.py",
     "tests/experiments/lm/test_experiment.py",
     "tests/experiments/weight_decay/test_experiment.py",
+    "tests/test_claims_lm4.py",
     "tests/test_counterfactual.py",
     "tests/test_evidence_families.py",
     "tests/test_forest.py",

@@ -1,0 +1,114 @@
+"""The fourth language-model study's declared questions on a complete invented study: the plan runs to its
+end and the evidence layer gives each primary and secondary its known answer, before the real runs finish.
+
+The study is made by its own plan (:func:`stiefel_mini.experiments.lm.plans.plan` of ``ROUND4``), each sweep
+a landscape whose best is inside every grid, so no grid grows; on the check and long phases every arm sits a
+fixed offset from AdamW. The better AdamW-family arm is AdamW with QK-norm, the better Muon-family arm is
+Muon; StiefelAdam is 0.02 bits per byte below the first, StiefelMuon 0.01 below Muon, and All-Stiefel 0.01
+above Muon, on all eight paired seeds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stiefel_mini import evidence
+from stiefel_mini.evidence.claims import claim
+from stiefel_mini.evidence.claims_lm4 import LM4_CLAIMS, LM4_SEEDS
+from stiefel_mini.experiments.lm.plans import plan
+from stiefel_mini.experiments.lm.studies import ROUND4
+from tests.test_lm_chapter import invented, results_with
+
+OFFSET4 = {"adamw": 0.0, "adamw_qknorm": -0.01, "muon": -0.05, "muon_qknorm": -0.045, "stiefel": -0.03,
+           "stiefel_muon": -0.06, "all_stiefel": -0.04}
+"""Each arm's bits per byte minus AdamW's, in every phase."""
+BEST4 = {"lr": 2e-3, "warmup_frac": {"adamw": 0.25, "adamw_qknorm": 0.25, "stiefel": 0.25},
+         "scale_lr": {"adamw_qknorm": 0.01, "muon_qknorm": 0.01, "stiefel": 0.1, "stiefel_muon": 0.1},
+         "muon_lr": {"muon": 0.01, "muon_qknorm": 0.04, "stiefel_muon": 0.01},
+         "frame_lr": {"stiefel": 0.3, "stiefel_muon": 0.02, "all_stiefel": 0.02}}
+"""The invented best of each swept setting, the middle of its declared grid; a Muon arm's short warm-up
+is best at 0.05."""
+LOGIT4 = {"adamw": 40.0, "adamw_qknorm": 8.0, "muon": 30.0, "muon_qknorm": 8.0, "stiefel": 12.0,
+          "stiefel_muon": 10.0, "all_stiefel": 5.0}
+"""Each arm's largest attention logit at the last evaluation."""
+
+
+def _best(field: str, arm: str):
+    best = BEST4[field] if field in BEST4 else None
+    if isinstance(best, dict):
+        return best.get(arm, 0.05 if field == "warmup_frac" else None)
+    return best
+
+
+def _bpb4(p: dict) -> float:
+    """Validation bits per byte: 0.01 worse for each swept setting off its best, 0.001 per seed on the
+    decisive phase (so that the seeds differ and every pair keeps its offset)."""
+    base = 1.7 + OFFSET4[p["arm"]]
+    if p["phase"] in ("sweep", "check"):
+        off = [f for f in ("lr", "warmup_frac", "scale_lr", "muon_lr", "frame_lr")
+               if _best(f, p["arm"]) is not None and p.get(f) is not None and p[f] != _best(f, p["arm"])]
+        return base + 0.01 * len(off)
+    return base - 0.1 + 0.001 * p["seed"]
+
+
+def complete_runs4(template: dict) -> list[dict]:
+    """Every run of the fourth study as its plan asks for them, each a copy of ``template`` with the
+    invented outcome: final bits per byte, the validation curve shifted to end there, tokens in
+    proportion to the run's steps, the largest logit and the lowest entropy."""
+    def outcome(p, h):
+        top = LOGIT4[p["arm"]]
+        n = len(h["step"])
+        return {"val_bpb": _bpb4(p), "test_bpb": _bpb4(p) + 0.01, "max_logit": top, "min_entropy": 3.0 - top / 20,
+                "history": {**h, "tokens": [t * p["steps"] / ROUND4.steps for t in h["tokens"]],
+                            "val_bpb": [b + _bpb4(p) - h["val_bpb"][-1] for b in h["val_bpb"]],
+                            "max_logit": [1.0 + (top - 1.0) * i / (n - 1) for i in range(n)],
+                            "min_entropy": [3.0 - top / 20 * i / (n - 1) for i in range(n)]}}
+    return invented(lambda runs: plan(ROUND4, runs).ready, template, outcome)
+
+
+@pytest.fixture(scope="module")
+def results4(tmp_path_factory) -> Path:
+    """A copy of the committed results whose ``lm/round4.json`` holds the complete invented fourth study."""
+    return results_with(tmp_path_factory.mktemp("lm4"), "round4", complete_runs4)
+
+
+def test_the_invented_fourth_study_runs_its_plan_to_the_end(results4):
+    runs = json.loads((results4 / "lm" / "round4.json").read_text())["runs"]
+    state = plan(ROUND4, runs)
+    assert state.remaining == 0 and not state.ready
+    assert state.better == {"adamw": "adamw_qknorm", "muon": "muon"}
+    chosen = {k: state.best["stiefel"][k] for k in ("lr", "warmup_frac", "scale_lr", "frame_lr")}
+    assert chosen == {"lr": 2e-3, "warmup_frac": 0.25, "scale_lr": 0.1, "frame_lr": 0.3}
+    assert state.best["muon"]["warmup_frac"] == 0.05 and state.best["all_stiefel"]["frame_lr"] == 0.02
+    long = [r for r in runs if r["phase"] == "long"]
+    # five decisive arms (muon is both the better Muon-family arm and All-Stiefel's published pair)
+    assert sorted({r["arm"] for r in long}) == ["adamw_qknorm", "all_stiefel", "muon", "stiefel", "stiefel_muon"]
+    assert all(r["steps"] == 2400 for r in long) and {r["seed"] for r in long} == set(LM4_SEEDS)
+    # each check kept the main lr its sweep chose (factor 1 is best on the landscape)
+    assert all(state.long_best[a]["lr"] == 2e-3 for a in ("stiefel", "adamw_qknorm"))
+
+
+def test_each_fourth_study_question_gives_its_known_answer(results4):
+    got = {c.key: evidence.evaluate(c, root=results4.parent) for c in LM4_CLAIMS}
+    for key, mean, family, word in (("lm4_stiefel_adam", -0.02, "AdamW with QK-norm", "ahead of"),
+                                    ("lm4_stiefel_muon", -0.01, "Muon", "ahead of"),
+                                    ("lm4_all_stiefel", 0.01, "Muon", "behind")):
+        row = got[key]["primary"][0]
+        assert row["n"] == 8 and row["mean"] == pytest.approx(mean), key
+        assert row["wins"] == (8 if mean < 0 else 0), key
+        assert f"{word} {family} on 8 of 8 seeds" in got[key]["sentence"], got[key]["sentence"]
+    rows = {r["label"]: r for r in got["lm4_stiefel_adam"]["secondary"]}
+    assert rows["stiefel − adamw_family, max_logit at the last evaluation"]["mean"] == pytest.approx(12.0 - 8.0)
+    assert rows["all_stiefel − adamw_family, min_entropy at the last evaluation"]["mean"] == pytest.approx(
+        (8.0 - 5.0) / 20)
+    pair = {r["label"]: r for r in got["lm4_all_stiefel"]["secondary"]}
+    assert pair["all_stiefel − muon (the published pair), 2,400 steps, test bits per byte"]["mean"] == pytest.approx(0.01)
+    assert pair["all_stiefel − stiefel_muon, 2,400 steps, test bits per byte"]["mean"] == pytest.approx(0.02)
+
+
+def test_the_questions_are_claims_of_the_evidence_layer():
+    assert [c.key for c in LM4_CLAIMS] == ["lm4_stiefel_adam", "lm4_stiefel_muon", "lm4_all_stiefel"]
+    assert all(claim(c.key) is c for c in LM4_CLAIMS)
