@@ -22,6 +22,8 @@ from stiefel_mini.experiments.lm.plans import plan
 from stiefel_mini.experiments.lm.studies import ROUND4
 from tests.test_lm_chapter import invented, results_with
 
+ROOT = Path(__file__).resolve().parents[1]
+
 OFFSET4 = {"adamw": 0.0, "adamw_qknorm": -0.01, "muon": -0.05, "muon_qknorm": -0.045, "stiefel": -0.03,
            "stiefel_muon": -0.06, "all_stiefel": -0.04}
 """Each arm's bits per byte minus AdamW's, in every phase."""
@@ -112,3 +114,47 @@ def test_each_fourth_study_question_gives_its_known_answer(results4):
 def test_the_questions_are_claims_of_the_evidence_layer():
     assert [c.key for c in LM4_CLAIMS] == ["lm4_stiefel_adam", "lm4_stiefel_muon", "lm4_all_stiefel"]
     assert all(claim(c.key) is c for c in LM4_CLAIMS)
+
+
+def test_the_language_model_card_answers_from_the_fourth_study_once_it_has_paired_seeds(results4):
+    from stiefel_mini.evidence import cards
+
+    qs = evidence.questions(results4.parent, untested=False)
+    card = next(c for c in cards.cards([], qs) if c["key"] == "language_model")
+    assert card["answer"] == ("Worth a try: trained as the library recommends, StiefelAdam beat AdamW with QK-norm "
+                              "(in test bits per byte, lower is better)")
+    assert dict(card["lines"]) == {
+        "StiefelAdam": "0.020 bits per byte ahead of AdamW with QK-norm on 8 of 8 seeds",
+        "StiefelMuon": "0.010 bits per byte ahead of Muon on 8 of 8 seeds",
+        "Every hidden matrix on the manifold": "0.010 bits per byte behind Muon on 8 of 8 seeds"}
+    assert card["scale"].startswith("GPT-2, 4 layers, width 256") and "2,400 steps" in card["scale"]
+    # without the fourth study's paired seeds the card is the earlier studies' (the committed results today)
+    before = [v for v in qs if not v["key"].startswith("lm4_")]
+    earlier = next(c for c in cards.cards([], before) if c["key"] == "language_model")
+    assert "trained as the library recommends" not in earlier["answer"] and "StiefelAdam" in dict(earlier["lines"])
+
+
+def test_the_advice_takes_the_fourth_study_once_it_has_paired_seeds(results4):
+    from stiefel_mini.evidence import plain
+
+    qs = evidence.questions(results4.parent, untested=False)
+    rows = [r for r in plain.advice(qs, root=results4.parent) if "every arm tuned for itself" in r["situation"]]
+    assert [r["try"] for r in rows] == ["StiefelAdam on the Q/K frames, AdamW on the rest",
+                                        "StiefelMuon: manifold Muon on the Q/K frames, Muon on the other hidden matrices",
+                                        "Muon"]
+    assert rows[2]["measured"] == ("Manifold Muon on every hidden matrix, trained as the library recommends, 0.010 "
+                                   "bits per byte behind Muon on 8 of 8 seeds")
+    # the earlier studies' per-arm rows give way to these; the family row (Muon against AdamW) stays
+    assert not any(r["measured"].startswith("StiefelAdam with") for r in plain.advice(qs, root=results4.parent))
+
+
+def test_the_chapter_opens_with_the_fourth_studys_answer(results4):
+    from tests.counterfactual import execute_chapters
+    from tests.test_lm_chapter import _page
+
+    nb = execute_chapters({"fourth": ("language_model", results4)}, ROOT / "book")["fourth"]
+    page, _ = _page(nb)
+    assert "Worth a try: trained as the library recommends, StiefelAdam beat AdamW with QK-norm" in page
+    assert "Every hidden matrix on the manifold : 0.010 bits per byte behind Muon on 8 of 8 seeds" in page
+    n = len(json.loads((results4 / "lm" / "round4.json").read_text())["runs"])
+    assert f"each tuned for itself, answers it above, from {n} runs" in page and "not in this chapter yet" not in page

@@ -16,6 +16,7 @@ import pytest
 import scipy.stats
 
 from stiefel_mini import evidence
+from stiefel_mini.evidence.claims_lm4 import LM4_CLAIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {"patch_size": 8, "d_model": 96, "depth": 3, "n_heads": 4, "epochs": 10, "steps": None,
@@ -239,7 +240,8 @@ def test_files_that_cannot_be_paired_are_refused(tmp_path):
 
 def test_committed_results_give_every_claim_one_verdict_and_json(tmp_path):
     vs = evidence.verdicts() + evidence.questions()
-    assert [v["key"] for v in vs] == [c.key for c in evidence.CLAIMS + evidence.claims.LM_CLAIMS + evidence.claims.LM2_CLAIMS]
+    assert [v["key"] for v in vs] == [c.key for c in evidence.CLAIMS + evidence.claims.LM_CLAIMS + evidence.claims.LM2_CLAIMS
+                                      + LM4_CLAIMS]
     assert all(v["verdict"] and v["sure"] and v["chapter"] for v in vs)
     out = subprocess.run([sys.executable, "-m", "stiefel_mini.evidence", "--json"], capture_output=True, text=True,
                          check=True, cwd=ROOT)
@@ -427,7 +429,7 @@ def test_the_readers_questions_are_shown_but_stay_out_of_the_papers_family():
     from stiefel_mini.evidence.claims import CLAIMS, LM2_CLAIMS, LM_CLAIMS
 
     qs = evidence.questions()
-    assert [q["key"] for q in qs] == [c.key for c in LM_CLAIMS + LM2_CLAIMS]
+    assert [q["key"] for q in qs] == [c.key for c in LM_CLAIMS + LM2_CLAIMS + LM4_CLAIMS]
     assert [q["key"] for q in qs][:2] == ["lm_gain", "lm2_stiefel_adam"]
     tested = evidence.questions(untested=False)
     assert [q["key"] for q in tested] == [q["key"] for q in qs if q["status"] != "not tested yet"]

@@ -6,7 +6,8 @@ decide it, each from the verdicts (:mod:`stiefel_mini.evidence.judge`) and worde
 the weaker beside it (:data:`CONFIGURATIONS`: the configurations the studies ran, each against the
 better arm of the Stiefel arm's family; the best is the one with the better mean, not a choice written
 here); :func:`cards` writes one card per task of :data:`TASKS`: ``{"key", "task", "chapter", "answer",
-"lines", "scale"}``, ``lines`` a list of ``(what, result)``. The intro shows them
+"lines", "scale"}``, ``lines`` a list of ``(what, result)``; the language model's from the fourth study
+(:data:`LM4_LINES`) once it has a paired seed, else from the earlier ones. The intro shows them
 (:func:`stiefel_mini.evidence.render.cards_html`); the language-model chapter opens with its card.
 """
 
@@ -17,7 +18,7 @@ from stiefel_mini.evidence.rule import LEANS, LEVEL, RESOLVED, UNDECIDABLE, UNTE
 from stiefel_mini.evidence.sentences import flip, versus
 from stiefel_mini.evidence.words import arm_name, gist, number_text, plain_regime, row_phrase, side_names
 
-__all__ = ["TASKS", "CONFIGURATIONS", "SETTINGS", "SCALED", "SHORT_SETTINGS", "row_of", "configurations", "configuration_text",
+__all__ = ["TASKS", "CONFIGURATIONS", "LM4_LINES", "SETTINGS", "SCALED", "SHORT_SETTINGS", "row_of", "configurations", "configuration_text",
            "against_text", "open_text", "beside", "family_lead", "cards"]
 
 TASKS = {"cifar": "A vision transformer", "grokking": "Grokking", "language_model": "A small language model"}
@@ -191,7 +192,37 @@ def _grokking(vs: list[dict]) -> dict | None:
     return {"answer": answer, "lines": lines, "regime": r["regime"]}
 
 
+LM4_LINES = (("StiefelAdam", "lm4_stiefel_adam"), ("StiefelMuon", "lm4_stiefel_muon"),
+             ("Every hidden matrix on the manifold", "lm4_all_stiefel"))
+"""The fourth language-model study's card lines: what each says, and the question its primary answers."""
+
+
+def _tested(v: dict | None) -> bool:
+    return bool(v and v["primary"] and v["primary"][0]["n"])
+
+
+def _language_model4(qs: list[dict]) -> dict | None:
+    """The card from the fourth study (every arm tuned for itself, 2,400 steps), once its StiefelAdam
+    question has a paired seed: its three primaries, each against the better arm of its family."""
+    adam = _of(qs, "lm4_stiefel_adam")
+    if not _tested(adam):
+        return None
+    best = adam["primary"][0]
+    base = side_names(best)[1]
+    how = "trained as the library recommends"
+    ahead = best["wins"] > best["losses"]
+    answer = (f"Worth a try: {how}, StiefelAdam beat {base}" if decision(best) == RESOLVED and ahead else
+              f"Keep {base}: {how}, StiefelAdam was behind it" if decision(best) == RESOLVED
+              else f"No reason to switch from {base}: {how}, StiefelAdam {open_text(best)}")
+    lines = [(what, against_text(v["primary"][0])) for what, key in LM4_LINES if _tested(v := _of(qs, key))]
+    metric = _metric(best)
+    return {"answer": answer + (f" (in {metric}, lower is better)" if metric else ""), "lines": lines,
+            "regime": best["regime"]}
+
+
 def _language_model(qs: list[dict]) -> dict | None:
+    if (card := _language_model4(qs)) is not None:
+        return card
     cfg = {c["arm"]: c for c in configurations(qs)}
     adam = cfg.get("StiefelAdam")
     if adam is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from stiefel_mini.evidence import compare, runs
 from stiefel_mini.evidence.claims import CLAIMS, LM2_CLAIMS, LM_CLAIMS, Claim, Comparison
+from stiefel_mini.evidence.claims_lm4 import LM4_CLAIMS
 from stiefel_mini.evidence.confirm import confirmation
 from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.sentences import confirmed_word, phrase, sentence
@@ -144,11 +145,12 @@ def verdicts(root: str | Path | None = None) -> list[dict]:
 
 
 def questions(root: str | Path | None = None, untested: bool = True) -> list[dict]:
-    """The verdicts of the reader's questions (:data:`LM_CLAIMS`, then :data:`LM2_CLAIMS`), which the
-    paper does not claim: the intro's table shows them, but they stay out of the paper's family
-    (:func:`across_claims`). ``untested=False`` leaves out those with no paired seed yet (the intro's
-    table and bottom line); the appendix lists them all."""
-    vs = [evaluate(c, root) for c in LM_CLAIMS + LM2_CLAIMS]
+    """The verdicts of the reader's questions (:data:`LM_CLAIMS`, :data:`LM2_CLAIMS`, then the fourth
+    study's :data:`~stiefel_mini.evidence.claims_lm4.LM4_CLAIMS`), which the paper does not claim: the
+    intro's table shows them, but they stay out of the paper's family (:func:`across_claims`).
+    ``untested=False`` leaves out those with no paired seed yet (the intro's table and bottom line); the
+    appendix lists them all."""
+    vs = [evaluate(c, root) for c in LM_CLAIMS + LM2_CLAIMS + LM4_CLAIMS]
     return vs if untested else [v for v in vs if v["status"] != "not tested yet"]
 
 

@@ -16,7 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 from stiefel_mini.evidence import compare, runs
-from stiefel_mini.evidence.cards import SETTINGS, configuration_text, configurations, family_lead, open_text
+from stiefel_mini.evidence.cards import SETTINGS, against_text, configuration_text, configurations, family_lead
+from stiefel_mini.evidence.cards import open_text
 from stiefel_mini.evidence.claims import Comparison, claim
 from stiefel_mini.evidence.measure import compute
 from stiefel_mini.evidence.rule import judged
@@ -124,6 +125,16 @@ def _row(comp: Comparison, root: str | Path | None) -> dict:
     return row
 
 
+_LM4_ADVICE = (
+    ("StiefelAdam", "lm4_stiefel_adam", "AdamW", "StiefelAdam on the Q/K frames, AdamW on the rest"),
+    ("StiefelMuon", "lm4_stiefel_muon", "Muon", "StiefelMuon: manifold Muon on the Q/K frames, Muon on the other "
+                                                "hidden matrices"),
+    ("Manifold Muon on every hidden matrix", "lm4_all_stiefel", "Muon",
+     "StiefelMuon on every hidden matrix (module-wise manifold Muon), AdamW on the rest"),
+)
+"""The fourth language-model study's rows of :func:`advice`: the arm, its question, its family, what to try."""
+
+
 def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
     """Part IV's table: ``[{"situation", "try", "measured", "regime"}]``, each ``measured`` a paired
     row in plain words (:func:`~stiefel_mini.evidence.words.row_phrase`) or a claim's phrase, each
@@ -131,7 +142,8 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
     (:func:`stiefel_mini.evidence.judge.questions`), a row for a language model decided by the better
     Muon-family arm against the better AdamW-family arm (:func:`~stiefel_mini.evidence.cards.family_lead`),
     and a row per Stiefel arm, decided by its best configuration against the better arm of its family,
-    the weaker beside it (:func:`~stiefel_mini.evidence.cards.configurations`)."""
+    the weaker beside it (:func:`~stiefel_mini.evidence.cards.configurations`); once the fourth study
+    has paired seeds, a row per arm of :data:`_LM4_ADVICE` instead, decided by that study's primary."""
     gain, freeze = _of(vs, "cifar_gain"), _of(vs, "freezing")
     out = []
     if gain and gain["primary"]:
@@ -175,7 +187,17 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
         out.append({"situation": "a small language model (GPT-2-like), trained from scratch",
                     "try": f"{m}: Muon on the hidden matrices, AdamW on the rest" if ahead else a,
                     "measured": row_phrase(lead), "regime": plain_regime(lead["regime"])})
-    cfg = {c["arm"]: c for c in configurations(vs)}
+    lm4 = [(name, family, arm, v["primary"][0]) for name, key, family, arm in _LM4_ADVICE
+           if (v := _of(vs, key)) and v["primary"] and v["primary"][0]["n"]]
+    for name, family, arm, r in lm4:
+        best = side_names(r)[1]
+        ahead = judged(r)[1] and r["wins"] > r["losses"]
+        out.append({"situation": f"a small language model, against the better {family} (with or without QK-norm), "
+                                 "every arm tuned for itself",
+                    "try": arm if ahead else best if judged(r)[1] else f"{best} ({name} {open_text(r)})",
+                    "measured": f"{name}, trained as the library recommends, {against_text(r)}",
+                    "regime": plain_regime(r["regime"])})
+    cfg = {c["arm"]: c for c in configurations(vs)} if not lm4 else {}
     for name, family, arm in (("StiefelAdam", "AdamW", "StiefelAdam on the Q/K frames, AdamW on the rest"),
                               ("StiefelMuon", "Muon", "StiefelMuon: manifold Muon on the Q/K frames, Muon on the "
                                                       "other hidden matrices")):
