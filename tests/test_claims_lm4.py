@@ -158,3 +158,4 @@ def test_the_chapter_opens_with_the_fourth_studys_answer(results4):
     assert "Every hidden matrix on the manifold : 0.010 bits per byte behind Muon on 8 of 8 seeds" in page
     n = len(json.loads((results4 / "lm" / "round4.json").read_text())["runs"])
     assert f"each tuned for itself, answers it above, from {n} runs" in page and "not in this chapter yet" not in page
+    assert "In the second and third studies (800 steps), each arm at its best settings" in page  # the older table
