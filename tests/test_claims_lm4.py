@@ -1,5 +1,6 @@
 """The fourth language-model study's declared questions on a complete invented study: the plan runs to its
-end and the evidence layer gives each primary and secondary its known answer, before the real runs finish.
+end, the evidence layer gives each primary and secondary its known answer, and the language-model card,
+Part IV's advice, the chapter, the intro and "Which tool" report it, before the real runs finish.
 
 The study is made by its own plan (:func:`stiefel_mini.experiments.lm.plans.plan` of ``ROUND4``), each sweep
 a landscape whose best is inside every grid, so no grid grows; on the check and long phases every arm sits a
@@ -148,12 +149,17 @@ def test_the_advice_takes_the_fourth_study_once_it_has_paired_seeds(results4):
     assert not any(r["measured"].startswith("StiefelAdam with") for r in plain.advice(qs, root=results4.parent))
 
 
-def test_the_chapter_opens_with_the_fourth_studys_answer(results4):
+def test_the_chapter_the_intro_and_which_tool_report_the_fourth_study(results4):
     from tests.counterfactual import execute_chapters
     from tests.test_lm_chapter import _page
 
-    nb = execute_chapters({"fourth": ("language_model", results4)}, ROOT / "book")["fourth"]
-    page, _ = _page(nb)
+    nbs = execute_chapters({c: (c, results4) for c in ("language_model", "intro", "which_tool")}, ROOT / "book")
+    intro, _ = _page(nbs["intro"])
+    assert "Worth a try: trained as the library recommends, StiefelAdam beat AdamW with QK-norm" in intro
+    tool, _ = _page(nbs["which_tool"])
+    assert ("Manifold Muon on every hidden matrix, trained as the library recommends, 0.010 bits per byte behind "
+            "Muon on 8 of 8 seeds") in tool
+    page, _ = _page(nbs["language_model"])
     assert "Worth a try: trained as the library recommends, StiefelAdam beat AdamW with QK-norm" in page
     assert "Every hidden matrix on the manifold : 0.010 bits per byte behind Muon on 8 of 8 seeds" in page
     n = len(json.loads((results4 / "lm" / "round4.json").read_text())["runs"])
