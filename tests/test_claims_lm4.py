@@ -139,14 +139,15 @@ def test_the_advice_takes_the_fourth_study_once_it_has_paired_seeds(results4):
     from stiefel_mini.evidence import plain
 
     qs = evidence.questions(results4.parent, untested=False)
-    rows = [r for r in plain.advice(qs, root=results4.parent) if "every arm tuned for itself" in r["situation"]]
+    every = plain.advice(qs, root=results4.parent)
+    rows = [r for r in every if "every arm tuned for itself" in r["situation"]]
     assert [r["try"] for r in rows] == ["StiefelAdam on the Q/K frames, AdamW on the rest",
                                         "StiefelMuon: manifold Muon on the Q/K frames, Muon on the other hidden matrices",
                                         "Muon"]
     assert rows[2]["measured"] == ("Manifold Muon on every hidden matrix, trained as the library recommends, 0.010 "
                                    "bits per byte behind Muon on 8 of 8 seeds")
     # the earlier studies' per-arm rows give way to these; the family row (Muon against AdamW) stays
-    assert not any(r["measured"].startswith("StiefelAdam with") for r in plain.advice(qs, root=results4.parent))
+    assert not any(r["measured"].startswith("StiefelAdam with") for r in every)
 
 
 def test_the_chapter_the_intro_and_which_tool_report_the_fourth_study(results4):
