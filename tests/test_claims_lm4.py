@@ -108,7 +108,8 @@ def test_each_fourth_study_question_gives_its_known_answer(results4):
     assert rows["all_stiefel − adamw_family, min_entropy at the last evaluation"]["mean"] == pytest.approx(
         (8.0 - 5.0) / 20)
     pair = {r["label"]: r for r in got["lm4_all_stiefel"]["secondary"]}
-    assert pair["all_stiefel − muon (the published pair), 2,400 steps, test bits per byte"]["mean"] == pytest.approx(0.01)
+    published = pair["all_stiefel − muon (the published pair), 2,400 steps, test bits per byte"]
+    assert published["mean"] == pytest.approx(0.01)
     assert pair["all_stiefel − stiefel_muon, 2,400 steps, test bits per byte"]["mean"] == pytest.approx(0.02)
 
 
@@ -141,9 +142,9 @@ def test_the_advice_takes_the_fourth_study_once_it_has_paired_seeds(results4):
     qs = evidence.questions(results4.parent, untested=False)
     every = plain.advice(qs, root=results4.parent)
     rows = [r for r in every if "every arm tuned for itself" in r["situation"]]
-    assert [r["try"] for r in rows] == ["StiefelAdam on the Q/K frames, AdamW on the rest",
-                                        "StiefelMuon: manifold Muon on the Q/K frames, Muon on the other hidden matrices",
-                                        "Muon"]
+    assert [r["try"] for r in rows] == [
+        "StiefelAdam on the Q/K frames, AdamW on the rest",
+        "StiefelMuon: manifold Muon on the Q/K frames, Muon on the other hidden matrices", "Muon"]
     assert rows[2]["measured"] == ("Manifold Muon on every hidden matrix, trained as the library recommends, 0.010 "
                                    "bits per byte behind Muon on 8 of 8 seeds")
     # the earlier studies' per-arm rows give way to these; the family row (Muon against AdamW) stays

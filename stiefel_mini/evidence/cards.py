@@ -18,8 +18,8 @@ from stiefel_mini.evidence.rule import LEANS, LEVEL, RESOLVED, UNDECIDABLE, UNTE
 from stiefel_mini.evidence.sentences import flip, versus
 from stiefel_mini.evidence.words import arm_name, gist, number_text, plain_regime, row_phrase, side_names
 
-__all__ = ["TASKS", "CONFIGURATIONS", "LM4_LINES", "SETTINGS", "SCALED", "SHORT_SETTINGS", "row_of", "configurations", "configuration_text",
-           "against_text", "open_text", "beside", "family_lead", "cards"]
+__all__ = ["TASKS", "CONFIGURATIONS", "LM4_LINES", "SETTINGS", "SCALED", "SHORT_SETTINGS", "row_of", "configurations",
+           "configuration_text", "against_text", "open_text", "beside", "family_lead", "cards"]
 
 TASKS = {"cifar": "A vision transformer", "grokking": "Grokking", "language_model": "A small language model"}
 """The tasks with a card, by chapter, in the order the intro shows them."""

@@ -125,14 +125,15 @@ def _row(comp: Comparison, root: str | Path | None) -> dict:
     return row
 
 
-_LM4_ADVICE = (
-    ("StiefelAdam", "lm4_stiefel_adam", "AdamW", "StiefelAdam on the Q/K frames, AdamW on the rest"),
-    ("StiefelMuon", "lm4_stiefel_muon", "Muon", "StiefelMuon: manifold Muon on the Q/K frames, Muon on the other "
-                                                "hidden matrices"),
-    ("Manifold Muon on every hidden matrix", "lm4_all_stiefel", "Muon",
-     "StiefelMuon on every hidden matrix (module-wise manifold Muon), AdamW on the rest"),
-)
-"""The fourth language-model study's rows of :func:`advice`: the arm, its question, its family, what to try."""
+_TRY = {"StiefelAdam": "StiefelAdam on the Q/K frames, AdamW on the rest",
+        "StiefelMuon": "StiefelMuon: manifold Muon on the Q/K frames, Muon on the other hidden matrices",
+        "Manifold Muon on every hidden matrix": "StiefelMuon on every hidden matrix (module-wise manifold Muon), "
+                                                "AdamW on the rest"}
+"""What :func:`advice` says to try for each Stiefel arm of the language-model studies, by its name."""
+
+_LM4_ADVICE = (("StiefelAdam", "lm4_stiefel_adam", "AdamW"), ("StiefelMuon", "lm4_stiefel_muon", "Muon"),
+               ("Manifold Muon on every hidden matrix", "lm4_all_stiefel", "Muon"))
+"""The fourth language-model study's rows of :func:`advice`: the arm, its question, its family."""
 
 
 def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
@@ -187,7 +188,7 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
         out.append({"situation": "a small language model (GPT-2-like), trained from scratch",
                     "try": f"{m}: Muon on the hidden matrices, AdamW on the rest" if ahead else a,
                     "measured": row_phrase(lead), "regime": plain_regime(lead["regime"])})
-    lm4 = [(name, family, arm, v["primary"][0]) for name, key, family, arm in _LM4_ADVICE
+    lm4 = [(name, family, _TRY[name], v["primary"][0]) for name, key, family in _LM4_ADVICE
            if (v := _of(vs, key)) and v["primary"] and v["primary"][0]["n"]]
     for name, family, arm, r in lm4:
         best = side_names(r)[1]
@@ -198,11 +199,10 @@ def advice(vs: list[dict], root: str | Path | None = None) -> list[dict]:
                     "measured": f"{name}, trained as the library recommends, {against_text(r)}",
                     "regime": plain_regime(r["regime"])})
     cfg = {c["arm"]: c for c in configurations(vs)} if not lm4 else {}
-    for name, family, arm in (("StiefelAdam", "AdamW", "StiefelAdam on the Q/K frames, AdamW on the rest"),
-                              ("StiefelMuon", "Muon", "StiefelMuon: manifold Muon on the Q/K frames, Muon on the "
-                                                      "other hidden matrices")):
+    for name, family in (("StiefelAdam", "AdamW"), ("StiefelMuon", "Muon")):
         if name not in cfg:
             continue
+        arm = _TRY[name]
         r = cfg[name]["best"]
         best, setting = side_names(r)[1], SETTINGS.get(r["arm"], r["arm"])
         ahead = judged(r)[1] and r["wins"] > r["losses"]
