@@ -345,12 +345,12 @@ class StiefelAdam(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        mesh = _dt.mesh_of(
-            [p for g in self.param_groups for p in g["params"] if p.grad is not None and _is_frame(g, p)]
-        )
-        updates = [u for i, group in enumerate(self.param_groups) for u in self._frame_updates(i, group, mesh)]
-        live = [(i, j, p) for i, g in enumerate(self.param_groups) if not g["stiefel"]  # the AdamW parameters
-                for j, p in enumerate(g["params"]) if p.grad is not None and not (is_frame(p) or p.grad.is_sparse)]
+        # Per group, once: its frames and its AdamW parameters (index in the group, tensor) with a gradient.
+        split = [self._split(group) for group in self.param_groups]
+        mesh = _dt.mesh_of([p for frames, _ in split for p in frames])
+        updates = [u for i, (group, (frames, _)) in enumerate(zip(self.param_groups, split))
+                   for u in self._frame_updates(i, group, frames, mesh)]
+        live = [(i, j, p) for i, (_, others) in enumerate(split) for j, p in others if not p.grad.is_sparse]
         finite = gradient_sums([_dt.local(p.grad) for _, _, p in live]).isfinite()  # (len(live),)
         oks = [u.ok.flatten() for u in updates]
         ok = torch.cat([o.to(finite.device) for o in oks] + [finite]).all() if oks else finite.all()
@@ -363,21 +363,29 @@ class StiefelAdam(torch.optim.Optimizer):
                              "refused there; no parameter or state was changed on any rank")
         for u in updates:
             u.commit()
-        for group in self.param_groups:
-            if not group["stiefel"]:
-                self._adamw_group_step(group)
+        for group, (_, others) in zip(self.param_groups, split):
+            if others:
+                adamw_step((p for _, p in others), self.state, lr=group["lr"], betas=group["betas"], eps=group["eps"],
+                           weight_decay=group["weight_decay"], foreach=group["foreach"], owner="StiefelAdam")
         return loss
 
-    def _adamw_group_step(self, group: dict[str, Any]) -> None:
-        adamw_step((p for p in group["params"] if not is_frame(p)), self.state, lr=group["lr"], betas=group["betas"],
-                   eps=group["eps"], weight_decay=group["weight_decay"], foreach=group["foreach"], owner="StiefelAdam")
+    @staticmethod
+    def _split(group: dict[str, Any]) -> tuple[list[Tensor], list[tuple[int, Tensor]]]:
+        """The parameters of ``group`` that have a gradient: its frames, and the others with their
+        index in the group (a ``stiefel=True`` group has none: every parameter is a frame)."""
+        frames, others = [], []
+        for j, p in enumerate(group["params"]):
+            if p.grad is not None:
+                if group["stiefel"] or is_frame(p):
+                    frames.append(p)
+                else:
+                    others.append((j, p))
+        return frames, others
 
-    def _frame_updates(self, index: int, group: dict[str, Any], mesh) -> list[BucketUpdate]:
+    def _frame_updates(self, index: int, group: dict[str, Any], frames: list[Tensor], mesh) -> list[BucketUpdate]:
         # Frames of one tall shape are stacked into one batch so that each formula is one call.
         buckets: dict[tuple, list[Tensor]] = defaultdict(list)
-        for p in group["params"]:
-            if p.grad is None or not _is_frame(group, p):
-                continue
+        for p in frames:
             if p.grad.is_sparse:
                 raise RuntimeError(
                     "StiefelAdam does not support sparse gradients for frames; use a dense "
