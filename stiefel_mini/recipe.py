@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from stiefel_mini.experiments.cifar import results as cifar_results
 from stiefel_mini.experiments.lm import results as lm_results
+from stiefel_mini.experiments.lm.studies import ROUND4
 
 __all__ = ["Recipe", "recipes", "card_html", "NOT_MEASURED"]
 
@@ -84,19 +85,24 @@ class Recipe:
 
 def recipes() -> list[Recipe]:
     """One :class:`Recipe` per task and optimizer a study chose settings for, read from ``results/``:
-    the language model's third study (StiefelAdam and StiefelMuon, each with its own scale lr) and the
-    CIFAR-10 fitted study (StiefelAdam). A study whose file is absent, or whose sweep is not complete,
-    gives none."""
+    the language model's StiefelAdam and StiefelMuon, each with its own scale lr, from the fourth study
+    once that arm has run on its long seeds (every arm tuned for itself, 2,400 steps), before that from
+    the third; and the CIFAR-10 fitted study's StiefelAdam. A study whose file is absent, or whose sweep
+    is not complete, gives none."""
     out = []
-    lm = lm_results.chosen_settings(lm_results.load_round3())
-    for arm, optimizer, instead_of in (("stiefel_scale", "StiefelAdam", "AdamW"),
-                                       ("stiefel_muon_scale", "StiefelMuon", "Muon")):
-        if arm in lm:
-            s = lm[arm]
-            out.append(Recipe("language model", optimizer, instead_of, "the language model's third study",
-                              lm_results.ROUND3_FILE, lr=s["lr"], frame_lr=s["frame_lr"], warmup=s["warmup_frac"],
-                              final_lr_frac=s["final_lr_frac"], betas=s["betas"], weight_decay=s["weight_decay"],
-                              max_step=s.get("max_step"), scale_lr=s["scale_lr"], muon_lr=s.get("muon_lr")))
+    fourth = lm_results.chosen_settings(lm_results.load_round4(), ROUND4)
+    third = lm_results.chosen_settings(lm_results.load_round3())
+    for arms, optimizer, instead_of in ((("stiefel", "stiefel_scale"), "StiefelAdam", "AdamW"),
+                                        (("stiefel_muon", "stiefel_muon_scale"), "StiefelMuon", "Muon")):
+        for chosen, arm, study, file in ((fourth, arms[0], "the language model's fourth study", lm_results.ROUND4_FILE),
+                                         (third, arms[1], "the language model's third study", lm_results.ROUND3_FILE)):
+            if arm in chosen:
+                s = chosen[arm]
+                out.append(Recipe("language model", optimizer, instead_of, study, file, lr=s["lr"],
+                                  frame_lr=s["frame_lr"], warmup=s["warmup_frac"], final_lr_frac=s["final_lr_frac"],
+                                  betas=s["betas"], weight_decay=s["weight_decay"], max_step=s.get("max_step"),
+                                  scale_lr=s["scale_lr"], muon_lr=s.get("muon_lr")))
+                break
     fitted = cifar_results.load_studies(("r2_fitted",))["r2_fitted"]
     if fitted is not None:
         s = cifar_results.chosen_settings(fitted)

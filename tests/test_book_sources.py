@@ -351,12 +351,15 @@ def test_the_tool_chapter_shows_the_same_card_where_it_says_which_to_use():
     assert advice < card < summary, "which_tool: the card belongs in 'Which to use'"
 
 
-def test_both_chapters_price_a_training_step_from_one_benchmark_run_of_one_studys_arms():
+def test_both_chapters_price_a_training_step_from_one_benchmark_run_of_the_same_studys_arms():
     """The language-model and manifold-Muon chapters give the same training-step ratios: each reads
-    ``lm_throughput.json`` through ``arm_costs`` for the same study, none types or re-times them."""
-    calls = {}
-    for name in ("language_model", "manifold_muon"):
-        found = {m for c in _cells(name) for m in re.findall(r"arm_costs\(.*?study=(\d+)", _source(c))}
-        assert len(found) == 1, f"{name}: one study's arm_costs, found {sorted(found)}"
-        calls[name] = found.pop()
-    assert calls["language_model"] == calls["manifold_muon"], calls
+    ``lm_throughput.json`` through ``arm_costs``, none types or re-times them, and the manifold-Muon
+    chapter prices the study the language-model chapter leads with (``lead_study``: the fourth once it
+    answers, the second before), the one switch that chapter turns on."""
+    def studies(name):
+        return {m for c in _cells(name) for m in re.findall(r"arm_costs\(.*?study=([\w.()]+)", _source(c))}
+
+    assert studies("manifold_muon") == {"lm_results.lead_study()"}
+    assert studies("language_model") == {"2", "4"}
+    assert any("LM4_TESTED = lm_results.lead_study() == 4" in _source(c) for c in _cells("language_model"))
+    assert all("study=4" not in _source(c) or "if GAPS:" in _source(c) for c in _cells("language_model"))

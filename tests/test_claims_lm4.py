@@ -151,6 +151,22 @@ def test_the_advice_takes_the_fourth_study_once_it_has_paired_seeds(results4):
     assert not any(r["measured"].startswith("StiefelAdam with") for r in every)
 
 
+def test_the_recipes_take_the_fourth_studys_settings_once_it_has_long_runs(results4, monkeypatch):
+    from stiefel_mini import recipe
+    from stiefel_mini.resources import RESULTS_ENV
+    from tests.test_recipe import check_language_model_recipe, compared_runs
+
+    monkeypatch.setenv(RESULTS_ENV, str(results4))
+    by = {r.optimizer: r for r in recipe.recipes() if r.task == "language model"}
+    for arms, optimizer in ((("stiefel", "stiefel_scale"), "StiefelAdam"),
+                            (("stiefel_muon", "stiefel_muon_scale"), "StiefelMuon")):
+        file, runs = compared_runs(results4, *arms)
+        assert file == "lm/round4.json" and by[optimizer].study == "the language model's fourth study"
+        check_language_model_recipe(by[optimizer], file, runs)
+    # the invented study's chosen settings, the middle of each grid (the trust cap out of the way: 1.0)
+    assert (by["StiefelAdam"].frame_lr, by["StiefelAdam"].scale_lr, by["StiefelAdam"].max_step) == (0.3, 0.1, 1.0)
+
+
 def test_the_chapter_the_intro_and_which_tool_report_the_fourth_study(results4):
     from tests.counterfactual import execute_chapters
     from tests.test_lm_chapter import _page
@@ -167,3 +183,14 @@ def test_the_chapter_the_intro_and_which_tool_report_the_fourth_study(results4):
     n = len(json.loads((results4 / "lm" / "round4.json").read_text())["runs"])
     assert f"each tuned for itself, answers it above, from {n} runs" in page and "not in this chapter yet" not in page
     assert "In the second and third studies (800 steps), each arm at its best settings" in page  # the older table
+    # the set-up is the fourth study's; over training, each primary's curve; each decisive arm's settings
+    assert "Every arm trains 2,400 steps" in page and "Every arm trains 800 steps" not in page
+    assert "on seed 100 at 0.5x, 1x and 2x the value its grids chose. Then the 5 arms the questions compare" in page
+    assert ("On the validation text over training (median of the 8 paired seeds), StiefelAdam was ahead of AdamW "
+            "with QK-norm from the first evaluation on; StiefelMuon was ahead of Muon from the first evaluation on; "
+            "StiefelMuon on every hidden matrix was behind Muon from the first evaluation on:") in page
+    table = page[page.index("Each arm at the settings it chose for itself"):page.index("In the second and third")]
+    assert "| StiefelAdam | lr 0.002, warm-up 25%, frame lr 0.3, trust cap 1, scale lr 0.1 | 1.599 (1.596-1.603) |" in table
+    order = ["| StiefelMuon |", "| Muon |", "| StiefelMuon on every hidden matrix |", "| StiefelAdam |",
+             "| AdamW with QK-norm |"]  # the decisive arms, best first
+    assert sorted(order, key=table.index) == order

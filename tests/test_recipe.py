@@ -1,7 +1,8 @@
 """The "If you try it" card against the studies: every setting it prints is the one the study's runs ran at.
 
 The settings are read here straight from the committed results files, without the functions the card uses
-(the third language-model study's paired runs and its sweep's best scale lr; the CIFAR-10 fitted study's
+(the fourth language-model study's long runs once it has them, before that the third study's paired runs and
+its sweep's best scale lr; the CIFAR-10 fitted study's
 runs and its lr sweep's bests), and the printed code is run on a small model: its optimizer's groups must
 carry those settings. A card that printed another number, or code that built another optimizer, fails.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,20 +45,38 @@ def _best(runs: list[dict], key: str, score: str, lower: bool) -> float:
     return (min if lower else max)(means, key=means.get)
 
 
-@pytest.mark.parametrize("arm, optimizer", [("stiefel_scale", "StiefelAdam"), ("stiefel_muon_scale", "StiefelMuon")])
-def test_the_language_model_recipes_are_what_the_third_study_ran(arm, optimizer):
-    runs = _runs("lm/round3.json")
-    paired = [r for r in runs if r["arm"] == arm and r["phase"] == "paired"]
-    sweep = [r for r in runs if r["arm"] == arm and r["phase"] == "sweep"]
-    assert len(paired) >= 8, f"{arm}: the third study's paired runs"
-    r = BY[("language model", optimizer)]
-    assert r.file == "lm/round3.json"
-    assert r.scale_lr == _one(paired, "scale_lr") == _best(sweep, "scale_lr", "val_bpb", lower=True)
-    assert (r.lr, r.warmup, r.frame_lr) == (_one(paired, "lr"), _one(paired, "warmup_frac"), _one(paired, "frame_lr"))
-    if optimizer == "StiefelAdam":
-        assert r.max_step == _one(paired, "max_step") and r.muon_lr is None
+def compared_runs(root: Path, arm4: str, arm3: str) -> tuple[str, list[dict]]:
+    """The file and the runs a language-model recipe must come from: the fourth study's long runs of
+    ``arm4`` once there are any, else the third study's paired runs of ``arm3``."""
+    def runs(name):
+        path = root / name
+        return json.loads(path.read_text())["runs"] if path.is_file() else []
+    long = [r for r in runs("lm/round4.json") if r["arm"] == arm4 and r["phase"] == "long"]
+    if long:
+        return "lm/round4.json", long
+    return "lm/round3.json", [r for r in runs("lm/round3.json") if r["arm"] == arm3 and r["phase"] == "paired"]
+
+
+def check_language_model_recipe(r: recipe.Recipe, file: str, runs: list[dict]) -> None:
+    """Every setting of ``r`` is the one ``runs`` (the compared runs of its arm) ran at."""
+    assert len(runs) >= 8 and r.file == file, (r.file, file, len(runs))
+    assert (r.lr, r.warmup, r.frame_lr, r.scale_lr) == tuple(
+        _one(runs, k) for k in ("lr", "warmup_frac", "frame_lr", "scale_lr"))
+    if r.optimizer == "StiefelAdam":
+        assert r.max_step == _one(runs, "max_step") and r.muon_lr is None
     else:
-        assert r.muon_lr == _one(paired, "muon_lr") and r.max_step is None
+        assert r.muon_lr == _one(runs, "muon_lr") and r.max_step is None
+
+
+@pytest.mark.parametrize("arms, optimizer", [(("stiefel", "stiefel_scale"), "StiefelAdam"),
+                                             (("stiefel_muon", "stiefel_muon_scale"), "StiefelMuon")])
+def test_the_language_model_recipes_are_what_the_compared_runs_ran(arms, optimizer):
+    file, runs = compared_runs(CHECKOUT_RESULTS, *arms)
+    r = BY[("language model", optimizer)]
+    check_language_model_recipe(r, file, runs)
+    if file == "lm/round3.json":  # the third study's scale lr is its sweep's best
+        sweep = [h for h in _runs(file) if h["arm"] == arms[1] and h["phase"] == "sweep"]
+        assert r.scale_lr == _best(sweep, "scale_lr", "val_bpb", lower=True)
 
 
 def test_the_vision_transformer_recipe_is_what_the_fitted_study_ran_at_the_lr_sweeps_bests():

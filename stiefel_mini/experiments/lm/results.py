@@ -19,7 +19,7 @@ from stiefel_mini.experiments.lm.attention import uniform_entropy
 from stiefel_mini.experiments.lm.config import LM_ARMS, PRESETS, LMConfig
 from stiefel_mini.experiments.lm.model import gpt2_parameter_count, scale_growth_bound
 from stiefel_mini.experiments.lm.plans import Study, plan
-from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2, ROUND3
+from stiefel_mini.experiments.lm.studies import ROUND1, ROUND2, ROUND3, ROUND4
 from stiefel_mini.experiments.records import load_results
 from stiefel_mini.experiments.stats import paired_ratio
 from stiefel_mini.resources import results_path
@@ -28,7 +28,8 @@ __all__ = ["STUDY_FILE", "THROUGHPUT_FILE", "TOKENIZER_META", "setup_facts", "lo
            "progress_counts", "sweep_rows", "seed_runs", "curve_band", "difference_band", "throughput_rows", "arm_costs",
            "samples", "ROUND2_FILE", "load_round2", "round2_progress", "round2_runs", "round2_sweep_rows",
            "sharpness", "ROUND3_FILE", "load_round3", "round3_runs", "round3_progress", "PHASE_NAMES",
-           "progress_sentence", "SHARED_SETTINGS", "chosen_settings"]
+           "progress_sentence", "SHARED_SETTINGS", "chosen_settings", "ROUND4_FILE", "load_round4", "lead_study",
+           "SETTING_WORDS", "settings_text", "settled_at"]
 
 STUDY_FILE = "lm/study.json"
 """The study's results file under ``results/``."""
@@ -39,6 +40,8 @@ ROUND2_FILE = "lm/round2.json"
 """Round 2's results file under ``results/``."""
 ROUND3_FILE = "lm/round3.json"
 """Round 3's results file under ``results/``."""
+ROUND4_FILE = ROUND4.out.removeprefix("results/")
+"""The fourth study's results file under ``results/``."""
 TOKENIZER_META = "lm/tokenizer_meta.json"
 """The tokenizer's measurements (bytes per token, tokens per split) under ``results/``."""
 
@@ -174,6 +177,17 @@ def difference_band(runs: dict[int, dict], baseline: dict[int, dict]) -> dict | 
             "low": d.min(0), "high": d.max(0), "n": len(seeds)}  # d: (seeds, evals)
 
 
+def settled_at(band: dict) -> dict:
+    """Where a paired difference curve (:func:`difference_band`) took the side it ends on and kept it:
+    ``{"side", "tokens"}``, ``side`` the sign of the last median (-1 below the baseline, +1 above, 0
+    level) and ``tokens`` the first evaluation from which every median is on that side (a level end
+    gives the last evaluation's)."""
+    side = int(np.sign(band["median"][-1]))
+    keeps = np.sign(band["median"]) == side  # (evals,)
+    first = len(keeps) - int(np.argmin(keeps[::-1])) if not keeps.all() else 0
+    return {"side": side, "tokens": float(band["tokens"][first if side else -1])}
+
+
 def throughput_rows(record: dict | None) -> list[dict]:
     """The language-model benchmark's rates (``benchmarks/lm_throughput.py --out``), one row per
     (threads, timed arm), in the benchmark's order: ``{"threads", "arm", "stands_for", "tokens_per_s",
@@ -290,6 +304,23 @@ def load_round3() -> dict | None:
     return _load(ROUND3_FILE)
 
 
+def load_round4() -> dict | None:
+    """The fourth study's results file (:data:`ROUND4_FILE`), or ``None`` where this copy of the results lacks it."""
+    return _load(ROUND4_FILE)
+
+
+def lead_study(round4: dict | None = None) -> int:
+    """The study whose arms the language-model chapter leads with, and prices: ``4`` once the fourth
+    study's StiefelAdam and the better AdamW-family arm have run on a common long seed (when its first
+    question has a paired seed, and the chapter's card answers from it), else ``2``. ``round4``: that
+    study's payload (default: :func:`load_round4`)."""
+    payload = load_round4() if round4 is None else round4
+    runs = payload["runs"] if payload else []
+    base = plan(ROUND4, runs).better.get("adamw")
+    long = {(r["arm"], r["seed"]) for r in runs if r["phase"] == "long"}
+    return 4 if base and any(("stiefel", s) in long and (base, s) in long for s in ROUND4.long_seeds) else 2
+
+
 def round3_runs(payload: dict | None, arm: str, phase: str = "paired") -> dict[int, dict]:
     """``arm``'s round-3 runs of ``phase`` (``"sweep"`` or ``"paired"``) keyed by seed; for the sweep,
     those at the arm's best ``scale_lr`` (:func:`~stiefel_mini.experiments.lm.plans.plan`), empty
@@ -331,21 +362,41 @@ SHARED_SETTINGS = ("betas", "weight_decay", "momentum", "final_lr_frac", "grad_c
 """The settings every arm of the third study shares (its ``base_config``): the rest of a recipe."""
 
 
-def chosen_settings(payload: dict | None) -> dict[str, dict]:
-    """The settings the third study chose for each of its arms, as it ran them on the paired seeds.
+def chosen_settings(payload: dict | None, study: Study = ROUND3) -> dict[str, dict]:
+    """The settings ``study`` chose for each of its arms, as it ran them on the seeds it compares.
 
-    ``{arm: {**best, **shared}}``: ``best`` the arm's settings at its best ``scale_lr``
+    ``{arm: {**best, **shared}}``; ``shared``: the :data:`SHARED_SETTINGS` of the file's ``base_config``.
+    The third study (the default): ``best`` the arm's settings at its best ``scale_lr``
     (:func:`~stiefel_mini.experiments.lm.plans.plan` of :data:`~stiefel_mini.experiments.lm.studies.ROUND3`:
     ``lr``, ``warmup_frac``, ``scale_lr`` and ``frame_lr`` with ``max_step`` for ``stiefel_scale``,
-    ``muon_lr`` and ``per_head`` for ``stiefel_muon_scale``), ``shared`` the :data:`SHARED_SETTINGS` of
-    the file's ``base_config``;
-    an arm whose sweep is not complete is left out (``{}`` without the file).
+    ``muon_lr`` and ``per_head`` for ``stiefel_muon_scale``); an arm whose sweep is not complete is left
+    out. A study without paired seeds compares its long runs, the fourth
+    (:data:`~stiefel_mini.experiments.lm.studies.ROUND4`): ``best`` the settings of the arm's long runs (the plan's ``long_best``: its sweep's best, its main lr re-checked at the long
+    length), ``steps`` the long length, for each arm with a long run finished.
+    ``{}`` without the file.
     """
     if not payload:
         return {}
     base = payload["base_config"]
     shared = {k: (tuple(base[k]) if isinstance(base[k], list) else base[k]) for k in SHARED_SETTINGS}
-    return {arm: {**best, **shared} for arm, best in plan(ROUND3, payload["runs"]).best.items()}
+    state = plan(study, payload["runs"])
+    if study.paired_seeds:  # compared at the sweep's length, at the sweep's best
+        return {arm: {**best, **shared} for arm, best in state.best.items()}
+    ran = {r["arm"] for r in payload["runs"] if r["phase"] == "long"}
+    return {arm: {**best, **shared, "steps": study.long_steps} for arm, best in state.long_best.items() if arm in ran}
+
+
+SETTING_WORDS = {"lr": "lr", "warmup_frac": "warm-up", "muon_lr": "Muon lr", "frame_lr": "frame lr",
+                 "max_step": "trust cap", "scale_lr": "scale lr", "max_iter": "solver updates per step"}
+"""The words for an arm's settings (the fields of :data:`~stiefel_mini.experiments.lm.plans.RECIPES`), in
+the order :func:`settings_text` gives them."""
+
+
+def settings_text(settings: dict) -> str:
+    """An arm's settings in words, those of :data:`SETTING_WORDS` it has (``None`` left out), in that order:
+    ``"lr 0.002, warm-up 25%, frame lr 0.3, trust cap 1, scale lr 0.1"``."""
+    return ", ".join(f"{word} {settings[k]:.0%}" if k == "warmup_frac" else f"{word} {settings[k]:g}"
+                     for k, word in SETTING_WORDS.items() if settings.get(k) is not None)
 
 
 PHASE_NAMES = {"sweep": "sweep runs", "paired": "runs on the paired seeds",

@@ -267,3 +267,57 @@ def test_chosen_settings_are_each_arms_best_with_the_shared_settings():
     one = [r for r in sweep if r["arm"] == "stiefel_scale"]  # the other arm's sweep not run yet
     assert set(lm_results.chosen_settings({"base_config": base, "runs": one})) == {"stiefel_scale"}
     assert lm_results.chosen_settings(None) == {}
+
+
+def test_chosen_settings_of_the_fourth_study_are_each_long_arms_settings_once_it_has_a_long_run():
+    from stiefel_mini.resources import CHECKOUT_RESULTS
+    from tests.test_claims_lm4 import complete_runs4
+
+    payload = lm_results.load_round4()
+    template = next(r for r in payload["runs"] if r["arm"] == "adamw")
+    runs = complete_runs4(template)
+    state = plan(ROUND4, runs)
+    got = lm_results.chosen_settings({"base_config": payload["base_config"], "runs": runs}, ROUND4)
+    assert set(got) == {"stiefel", "adamw_qknorm", "stiefel_muon", "muon", "all_stiefel"} == set(state.long_best)
+    for arm, s in got.items():
+        long = [r for r in runs if r["arm"] == arm and r["phase"] == "long"]
+        assert s == {**state.long_best[arm], "betas": (0.9, 0.95), "weight_decay": 0.1, "momentum": 0.95,
+                     "final_lr_frac": 0.1, "grad_clip": 1.0, "steps": 2400}
+        assert all(r[k] == v for r in long for k, v in state.long_best[arm].items())
+    without = [r for r in runs if not (r["arm"] == "stiefel" and r["phase"] == "long")]
+    assert "stiefel" not in lm_results.chosen_settings({"base_config": payload["base_config"], "runs": without},
+                                                       ROUND4)
+    assert (CHECKOUT_RESULTS / lm_results.ROUND4_FILE).is_file()
+
+
+def test_settings_text_names_each_setting_an_arm_has_in_one_order():
+    s = {"scale_lr": 0.1, "lr": 0.002, "max_step": 1.0, "warmup_frac": 0.25, "frame_lr": 0.3, "muon_lr": None}
+    assert lm_results.settings_text(s) == "lr 0.002, warm-up 25%, frame lr 0.3, trust cap 1, scale lr 0.1"
+    assert lm_results.settings_text({"max_iter": 1, "lr": 0.004}) == "lr 0.004, solver updates per step 1"
+
+
+@pytest.mark.parametrize("median, side, at", [
+    ([0.1, -0.1, 0.05, -0.02, -0.03], -1, 3.0),  # below from the fourth evaluation on
+    ([-0.1, -0.1, -0.05, -0.02, -0.03], -1, 0.0),  # below throughout
+    ([-0.1, 0.2, 0.05, 0.02, 0.03], 1, 1.0),  # above from the second
+    ([-0.1, 0.2, 0.05, 0.02, 0.0], 0, 4.0),  # level at the end: the last evaluation
+])
+def test_settled_at_is_where_the_median_took_the_side_it_ends_on(median, side, at):
+    band = {"tokens": np.arange(5) * 1e6, "median": np.array(median)}
+    assert lm_results.settled_at(band) == {"side": side, "tokens": at * 1e6}
+
+
+def test_the_chapter_leads_with_the_fourth_study_once_stiefel_adam_meets_the_better_adamw_on_a_long_seed():
+    from tests.test_claims_lm4 import complete_runs4
+
+    payload = lm_results.load_round4()
+    runs = complete_runs4(next(r for r in payload["runs"] if r["arm"] == "adamw"))
+    assert lm_results.lead_study({"runs": runs}) == 4
+    sweeps = [r for r in runs if r["phase"] != "long"]
+    one = [r for r in runs if r["phase"] == "long" and r["seed"] == 16]
+    assert lm_results.lead_study({"runs": sweeps}) == 2  # no long run yet
+    # StiefelAdam on seed 16, the better AdamW (with QK-norm) only on seed 17: no pair yet
+    unpaired = [r for r in runs if r["phase"] == "long" and ((r["arm"] == "stiefel") == (r["seed"] == 16))]
+    assert lm_results.lead_study({"runs": sweeps + unpaired}) == 2
+    assert lm_results.lead_study({"runs": sweeps + one}) == 4
+    assert lm_results.lead_study({"runs": []}) == 2
