@@ -171,7 +171,8 @@ def test_the_chapter_the_intro_and_which_tool_report_the_fourth_study(results4):
     from tests.counterfactual import execute_chapters
     from tests.test_lm_chapter import _page
 
-    nbs = execute_chapters({c: (c, results4) for c in ("language_model", "intro", "which_tool")}, ROOT / "book")
+    nbs = execute_chapters({c: (c, results4) for c in ("language_model", "intro", "which_tool",
+                                                       "appendix_language_model")}, ROOT / "book")
     intro, _ = _page(nbs["intro"])
     assert "Worth a try: trained as the library recommends, StiefelAdam beat AdamW with QK-norm" in intro
     tool, _ = _page(nbs["which_tool"])
@@ -194,3 +195,13 @@ def test_the_chapter_the_intro_and_which_tool_report_the_fourth_study(results4):
     order = ["| StiefelMuon |", "| Muon |", "| StiefelMuon on every hidden matrix |", "| StiefelAdam |",
              "| AdamW with QK-norm |"]  # the decisive arms, best first
     assert sorted(order, key=table.index) == order
+    # the appendix: the fourth study's progress, its checks and each decisive arm's seeds, seed by seed
+    appendix, figures = _page(nbs["appendix_language_model"])
+    runs = json.loads((results4 / "lm" / "round4.json").read_text())["runs"]
+    phases = {p: sum(r["phase"] == p for r in runs) for p in ("sweep", "check", "long")}
+    assert (f"All {len(runs)} of its runs have finished: {phases['sweep']} sweep runs, {phases['check']} "
+            f"learning-rate checks at the longer length, {phases['long']} long runs.") in appendix
+    assert "- the better of the AdamW family: AdamW with QK-norm - the better of the Muon family: Muon" in appendix
+    assert "| StiefelAdam | 1.596 1.597 1.598 1.599 1.600 1.601 1.602 1.603 | 1.599 |" in appendix
+    assert "| StiefelAdam | lr | 0.001 |" in appendix and "| StiefelAdam | lr | 0.004 |" in appendix  # its checks
+    assert figures == 5  # the first study's two, the second's two, the fourth's curves
