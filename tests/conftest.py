@@ -69,7 +69,9 @@ NOT_QUICK = {
     "tests/test_counterfactual.py": "the book's prose against copies of every committed result",
     "tests/test_lm_chapter.py": "executes the language-model chapter on an invented complete study",
     "tests/test_claims_lm4.py::test_the_chapter_the_intro_and_which_tool_report_the_fourth_study":
-        "executes three chapters on an invented complete fourth study",
+        "executes four chapters on an invented complete fourth study",
+    "tests/test_claims_lm4.py::test_the_chapter_reads_a_fourth_study_whose_decisive_phase_has_begun":
+        "executes the language-model chapter on an invented fourth study",
     "tests/test_forest.py": "judges every committed result",
     "tests/experiments/cifar/test_experiment.py::test_study_files_reproduce_their_repro_run": "re-runs stored runs",
     "tests/experiments/cifar/test_experiment.py::test_tiny_set_run_reproduces_the_profiled_run": "re-runs a stored run",

@@ -191,7 +191,7 @@ def test_the_chapter_the_intro_and_which_tool_report_the_fourth_study(results4):
             "with QK-norm from the first evaluation on; StiefelMuon was ahead of Muon from the first evaluation on; "
             "StiefelMuon on every hidden matrix was behind Muon from the first evaluation on:") in page
     table = page[page.index("Each arm at the settings it chose for itself"):page.index("In the second and third")]
-    assert "| StiefelAdam | lr 0.002, warm-up 25%, frame lr 0.3, trust cap 1, scale lr 0.1 | 1.599 (1.596-1.603) |" in table
+    assert "| StiefelAdam | lr 0.002, warm-up 25%, frame lr 0.3, trust cap 1, scale lr 0.1 | 8 | 1.599 (1.596-1.603) |" in table
     order = ["| StiefelMuon |", "| Muon |", "| StiefelMuon on every hidden matrix |", "| StiefelAdam |",
              "| AdamW with QK-norm |"]  # the decisive arms, best first
     assert sorted(order, key=table.index) == order
@@ -211,3 +211,25 @@ def test_the_chapter_the_intro_and_which_tool_report_the_fourth_study(results4):
     assert "| StiefelAdam | 1.596 1.597 1.598 1.599 1.600 1.601 1.602 1.603 | 1.599 |" in appendix
     assert "| StiefelAdam | lr | 0.001 |" in appendix and "| StiefelAdam | lr | 0.004 |" in appendix  # its checks
     assert figures == 5  # the first study's two, the second's two, the fourth's curves
+
+
+def test_the_chapter_reads_a_fourth_study_whose_decisive_phase_has_begun(tmp_path_factory):
+    """The state the real study passes through: every sweep and check done, and on the long seeds only
+    StiefelAdam and the better AdamW-family arm on seed 16, so that one question has one paired seed."""
+    from tests.counterfactual import execute_chapters
+    from tests.test_lm_chapter import _page
+
+    def partial(template):
+        return [r for r in complete_runs4(template) if r["phase"] != "long" or (
+            r["seed"] == 16 and r["arm"] in ("stiefel", "adamw_qknorm"))]
+
+    results = results_with(tmp_path_factory.mktemp("lm4_partial"), "round4", partial)
+    page, figures = _page(execute_chapters({"language_model": ("language_model", results)}, ROOT / "book")[
+        "language_model"])
+    assert "Worth a try" not in page and "StiefelAdam" in page
+    assert "Then the 5 arms the questions compare run on the same 8 {term}`paired seeds" in page
+    assert ("On the validation text over training (one paired seed so far), StiefelAdam was ahead of AdamW with "
+            "QK-norm from the first evaluation on:") in page
+    table = page[page.index("Each arm at the settings it chose for itself"):page.index("In the second and third")]
+    assert "| StiefelAdam | lr 0.002, warm-up 25%, frame lr 0.3, trust cap 1, scale lr 0.1 | 1 | 1.596 (1.596-1.596) |" \
+        in table and "| Muon |" not in table
