@@ -1,8 +1,9 @@
 """The settings the studies chose, read from their results files: the book's "If you try it" card.
 
-Each study tuned its Stiefel arm before it compared it: the language-model study swept the frame lr,
+Each study tuned its Stiefel arm before it compared it: the language-model studies swept the frame lr,
 the trust cap, the lr of the other weights, the warm-up and the learned logit scale's own lr
-(:func:`stiefel_mini.experiments.lm.results.chosen_settings`), the CIFAR-10 study the lr of the
+(:func:`stiefel_mini.experiments.lm.results.chosen_settings`: the fourth study's settings once its arm
+has run on the long seeds, the third's before), the CIFAR-10 study the lr of the
 other weights and the frame lr of a vision transformer with a fixed logit scale
 (:func:`stiefel_mini.experiments.cifar.results.chosen_settings`). :func:`recipes` turns those
 settings into one :class:`Recipe` per task and optimizer, :meth:`Recipe.code` into the lines a user

@@ -371,9 +371,9 @@ def chosen_settings(payload: dict | None, study: Study = ROUND3) -> dict[str, di
     ``lr``, ``warmup_frac``, ``scale_lr`` and ``frame_lr`` with ``max_step`` for ``stiefel_scale``,
     ``muon_lr`` and ``per_head`` for ``stiefel_muon_scale``); an arm whose sweep is not complete is left
     out. A study without paired seeds compares its long runs, the fourth
-    (:data:`~stiefel_mini.experiments.lm.studies.ROUND4`): ``best`` the settings of the arm's long runs (the plan's ``long_best``: its sweep's best, its main lr re-checked at the long
-    length), ``steps`` the long length, for each arm with a long run finished.
-    ``{}`` without the file.
+    (:data:`~stiefel_mini.experiments.lm.studies.ROUND4`): ``best`` the settings of the arm's long
+    runs (the plan's ``long_best``: its sweep's best, its main lr re-checked at the long length),
+    ``steps`` the long length, for each arm with a long run finished. ``{}`` without the file.
     """
     if not payload:
         return {}
