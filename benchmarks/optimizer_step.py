@@ -19,8 +19,11 @@ less. Columns:
 * ``POGO``: ``pogo.POGO`` with ``VectorAdam`` (pogo-torch) on the frames, AdamW on the rest;
 * ``geoopt``: ``geoopt.optim.RiemannianAdam`` with the frames on ``geoopt.Stiefel()``;
 * ``floor``: AdamW's step plus the five batched products of the frame shape that the frame rule
-  needs (``W^T G``, ``W^T M``, ``W S``, ``Y^T Y``, ``Y Z``), the arithmetic no implementation of
-  the rule can skip;
+  needs (``W^T G``, ``W^T M``, ``W S``, ``Y^T Y``, ``Y Z``);
+* ``floor+series``: the floor plus the ``p x p`` products of the polar factor's series
+  (``(Y^T Y)^{-1/2}`` by the binomial series, two products at the degree the trust cap's bound
+  needs in float32): every matrix product of the rule, the arithmetic no implementation of the rule
+  with the polar retraction can skip;
 * ``StiefelAdam@REV`` (with ``--baseline REV``): ``StiefelAdam`` as it was at git commit ``REV``,
   that commit's ``stiefel_mini`` extracted with ``git archive`` and imported beside this one, on
   the same groups, so that a change to the step is measured against the step before it in one run.
@@ -57,6 +60,8 @@ from torch import nn
 from torch.optim import optimizer as torch_optimizer
 
 from stiefel_mini import StiefelAdam, StiefelSelfAttention, orthogonality_error, param_groups
+from stiefel_mini._frame_kernel import compute_dtype, polar_bound
+from stiefel_mini._numerics import series_degree, series_products
 from stiefel_mini.experiments import stats
 from stiefel_mini.experiments.machine_load import LoadMeter
 from stiefel_mini.experiments.records import provenance, save_results
@@ -106,7 +111,7 @@ class Combined:
 
 
 class Floor:
-    """AdamW's step plus the five batched frame-shaped products: the cost floor of the frame rule."""
+    """AdamW's step plus the five batched frame-shaped products of the frame rule."""
 
     def __init__(self, model: nn.Module) -> None:
         self.adamw = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
@@ -124,6 +129,28 @@ class Floor:
         torch.bmm(W, A, out=Y)  # W S
         torch.bmm(Y.mT, Y, out=A)  # Y^T Y
         torch.bmm(Y, A, out=Y)  # Y Z
+
+
+class SeriesFloor(Floor):
+    """:class:`Floor` plus the ``p x p`` products of the polar series: every product of the frame rule.
+
+    Their number is the one the rule takes with StiefelAdam's default trust cap (0.1) in the frames'
+    dtype (:func:`~stiefel_mini._numerics.series_products` at :func:`~stiefel_mini._numerics.series_degree`
+    of :func:`~stiefel_mini._frame_kernel.polar_bound`): two for float32 frames, more for frames
+    stored in 16 bits, whose series is summed for a wider bound.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        dtype = self.W.dtype
+        bound = polar_bound(0.1, "euclidean", compute_dtype(dtype), dtype)
+        self.products = series_products(series_degree(bound, compute_dtype(dtype)))
+        self.E = torch.empty_like(self.A)  # (B, p, p)
+
+    def step(self) -> None:
+        super().step()
+        for _ in range(self.products):
+            torch.bmm(self.A, self.A, out=self.E)
 
 
 def load_baseline(rev: str) -> str:
@@ -171,6 +198,8 @@ def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
         return cls(param_groups(model, weight_decay=0.1, frame_options={"lr": 1e-2}), lr=1e-3)
     if name == "floor":
         return Floor(model)
+    if name == "floor+series":
+        return SeriesFloor(model)
     if name == "POGO":
         from pogo import POGO
         from pogo.base import VectorAdam
@@ -287,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
             left_out[name] = why
         else:
             names.append(name)
-    names.append("floor")
+    names += ["floor", "floor+series"]
     for name, why in left_out.items():
         print(f"the {name} column is left out: {why}")
 
@@ -352,8 +381,9 @@ def package_version(dist: str) -> str | None:
 
 def timing_table(names: list[str], args: argparse.Namespace, rows: list, save: Callable[[], None]) -> None:
     ours = ["StiefelAdam", *BASELINES]
-    others = [n for n in names if n not in ("AdamW", "floor", *ours)]
-    pairs = [*((n, "floor") for n in ours), *((n, "StiefelAdam") for n in others),
+    floors = ["floor", "floor+series"]
+    others = [n for n in names if n not in ("AdamW", *floors, *ours)]
+    pairs = [*((n, f) for n in ours for f in floors), *((n, "StiefelAdam") for n in others),
              *(("StiefelAdam", n) for n in BASELINES)]
     print(f"one optimizer step, depth {args.depth}, {args.heads} heads, {args.rounds} interleaved rounds of "
           f"{args.steps} steps; ms (best round), and in brackets the ratio to AdamW; the last columns: median "
@@ -371,7 +401,7 @@ def timing_table(names: list[str], args: argparse.Namespace, rows: list, save: C
 
 
 def drift_table(names: list[str], args: argparse.Namespace, rows: list, save: Callable[[], None]) -> None:
-    frame_names = [n for n in names if n not in ("AdamW", "floor")]
+    frame_names = [n for n in names if n not in ("AdamW", "floor", "floor+series")]
     print(f"\n||W^T W - I||_F after {args.drift_steps} float32 steps with random gradients "
           f"(frames {args.widths[0]} x {args.widths[0] // args.heads}, worst of {2 * args.heads}):\n")
     print("| optimizer | evaluated in float64 | evaluated in float32 |")

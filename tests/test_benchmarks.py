@@ -35,7 +35,8 @@ def test_optimizer_step_table_drift_and_results_file(capsys, tmp_path):
     bench.main(["--widths", "32", "--depth", "1", "--heads", "2", "--rounds", "2", "--steps", "1",
                 "--drift-steps", "20", "--no-others", "--threads", "1", "--out", str(out_file)])
     out = capsys.readouterr().out
-    assert "| width | AdamW | StiefelAdam | floor | StiefelAdam / floor |" in out
+    assert ("| width | AdamW | StiefelAdam | floor | floor+series | StiefelAdam / floor | "
+            "StiefelAdam / floor+series |") in out
     row = next(line for line in out.splitlines() if line.startswith("| 32 |"))
     assert re.search(r"\| \d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\) \|$", row), row
     drift = next(line for line in out.splitlines() if line.startswith("| StiefelAdam |"))
@@ -43,7 +44,7 @@ def test_optimizer_step_table_drift_and_results_file(capsys, tmp_path):
     record = json.loads(out_file.read_text())
     assert record["provenance"]["git_commit"] and record["settings"]["threads"] == 1
     (timing,) = record["timing"]
-    assert timing["width"] == 32 and sorted(timing["seconds_per_step"]) == ["AdamW", "StiefelAdam", "floor"]
+    assert timing["width"] == 32 and sorted(timing["seconds_per_step"]) == ["AdamW", "StiefelAdam", "floor", "floor+series"]
     assert all(len(t) == 2 and min(t) > 0 for t in timing["seconds_per_step"].values())
     assert [r["optimizer"] for r in record["drift"]["rows"]] == ["StiefelAdam"]
     assert record["drift"]["frames"] == [4, 32, 16]
@@ -62,9 +63,9 @@ def test_optimizer_step_times_an_older_stiefel_adam_beside_this_one(capsys, tmp_
     assert re.fullmatch(r"StiefelAdam@[0-9a-f]{7}", name)
     assert bench.BASELINES[name].__name__ != "stiefel_mini.optim"  # that commit's module, not this checkout's
     out = capsys.readouterr().out
-    assert f"| {name} / floor | StiefelAdam / {name} |" in out
+    assert f"| {name} / floor | {name} / floor+series | StiefelAdam / {name} |" in out
     record = json.loads(out_file.read_text())
-    assert sorted(record["timing"][0]["seconds_per_step"]) == sorted(["AdamW", "StiefelAdam", name, "floor"])
+    assert sorted(record["timing"][0]["seconds_per_step"]) == sorted(["AdamW", "StiefelAdam", name, "floor", "floor+series"])
     assert sorted(record["timing"][0]["cpu_seconds_per_step"]) == sorted(record["timing"][0]["seconds_per_step"])
     assert [r["optimizer"] for r in record["drift"]["rows"]] == ["StiefelAdam"]  # the drift of this checkout's only
     assert record["load"]["process_cores"] > 0 and record["settings"]["baseline"] == ["HEAD"]
@@ -100,6 +101,30 @@ def test_optimizer_step_rejects_widths_the_heads_do_not_divide(bad):
     bench = load("optimizer_step")
     with pytest.raises(SystemExit):
         bench.main([*bad, "--no-others", "--drift-steps", "0"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_optimizer_step_floor_with_series_takes_every_product_the_frame_rule_takes(dtype):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    bench = load("optimizer_step")
+
+    class Products(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func.overloadpacket.__name__ in ("bmm", "baddbmm", "baddbmm_", "mm", "addmm", "addmm_")
+            return func(*args, **(kwargs or {}))
+
+    model = bench.make_model(32, 1, 2, dtype=dtype)
+    floor = bench.SeriesFloor(model)
+    opt = bench.build("StiefelAdam", model)
+    opt.step()  # the first step sets up the state (its frame check takes products of its own)
+    with Products() as rule:
+        opt.step()
+    assert rule.count == 5 + floor.products, (rule.count, floor.products)
 
 
 def test_gram_precision_table(capsys):
