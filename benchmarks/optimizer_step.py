@@ -67,6 +67,8 @@ from stiefel_mini.experiments.machine_load import LoadMeter
 from stiefel_mini.experiments.records import provenance, save_results
 
 ROOT = Path(__file__).resolve().parents[1]
+FLOORS = ("floor", "floor+series")
+"""The columns that are not optimizers but the arithmetic one step of the rule cannot skip."""
 BASELINES: dict[str, object] = {}
 """``StiefelAdam@REV`` column name -> that commit's ``stiefel_mini.optim`` module (:func:`load_baseline`)."""
 
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
             left_out[name] = why
         else:
             names.append(name)
-    names += ["floor", "floor+series"]
+    names += FLOORS
     for name, why in left_out.items():
         print(f"the {name} column is left out: {why}")
 
@@ -381,9 +383,8 @@ def package_version(dist: str) -> str | None:
 
 def timing_table(names: list[str], args: argparse.Namespace, rows: list, save: Callable[[], None]) -> None:
     ours = ["StiefelAdam", *BASELINES]
-    floors = ["floor", "floor+series"]
-    others = [n for n in names if n not in ("AdamW", *floors, *ours)]
-    pairs = [*((n, f) for n in ours for f in floors), *((n, "StiefelAdam") for n in others),
+    others = [n for n in names if n not in ("AdamW", *FLOORS, *ours)]
+    pairs = [*((n, f) for n in ours for f in FLOORS), *((n, "StiefelAdam") for n in others),
              *(("StiefelAdam", n) for n in BASELINES)]
     print(f"one optimizer step, depth {args.depth}, {args.heads} heads, {args.rounds} interleaved rounds of "
           f"{args.steps} steps; ms (best round), and in brackets the ratio to AdamW; the last columns: median "
@@ -401,7 +402,7 @@ def timing_table(names: list[str], args: argparse.Namespace, rows: list, save: C
 
 
 def drift_table(names: list[str], args: argparse.Namespace, rows: list, save: Callable[[], None]) -> None:
-    frame_names = [n for n in names if n not in ("AdamW", "floor", "floor+series")]
+    frame_names = [n for n in names if n not in ("AdamW", *FLOORS)]
     print(f"\n||W^T W - I||_F after {args.drift_steps} float32 steps with random gradients "
           f"(frames {args.widths[0]} x {args.widths[0] // args.heads}, worst of {2 * args.heads}):\n")
     print("| optimizer | evaluated in float64 | evaluated in float32 |")
