@@ -11,13 +11,20 @@ the run unless it skips for a missing optional extra (package, GPU, platform fea
 Tiers: ``pytest -m quick`` runs the tests marked ``quick`` here (:func:`pytest_collection_modifyitems`):
 every test that is not ``browser``, ``slow`` or ``standalone`` and not listed in :data:`NOT_QUICK`.
 ``pytest`` runs everything (what CI runs).
+
+Random state: every test starts with torch's, numpy's and ``random``'s generators seeded from its id
+(:func:`_seeded`), so a draw without a generator of its own is the same in every run, whichever
+xdist worker runs the test and whatever ran before it.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
@@ -42,6 +49,17 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "stiefel_core"))
+
+
+@pytest.fixture(autouse=True)
+def _seeded(request):
+    """Every test starts from one random state of its own, a function of its id: pytest-xdist hands
+    tests to its workers in an order that varies from run to run, so an unseeded draw would otherwise
+    depend on which tests that worker ran before."""
+    seed = zlib.crc32(request.node.nodeid.encode())
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
 
 
 def _threads(n: int):

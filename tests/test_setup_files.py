@@ -5,13 +5,17 @@ Nothing here installs anything; each test reads the files that a new user, CI or
 
 import importlib.util
 import json
+import random
 import re
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -240,3 +244,14 @@ def test_the_scheduler_keeps_each_shared_fixture_on_one_worker(group_mismatches)
     assert group_mismatches == [], (
         f"{len(group_mismatches)} tests are scheduled outside their group, e.g. {group_mismatches[:3]}: "
         "add their files to GROUPED_FILES in tests/conftest.py (or remove files that no longer share a fixture)")
+
+
+def test_each_test_starts_from_a_random_state_of_its_own(request):
+    drawn = (torch.rand(3), np.random.rand(3), random.random())
+    seed = zlib.crc32(request.node.nodeid.encode())
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+    assert torch.equal(drawn[0], torch.rand(3))
+    assert np.array_equal(drawn[1], np.random.rand(3))
+    assert drawn[2] == random.random()
