@@ -146,6 +146,42 @@ def test_chapter_has_aims_summary_exercises_and_executed_solutions(name):
         assert "assert" in src, f"{name}: a solution cell checks nothing (no assert): {src.splitlines()[0]}"
 
 
+def _solution_cells_out_of_place(cells: list[dict]) -> list[str]:
+    """The solution code cells (``# Solution 3`` or ``# Solutions 2 and 3``) that check a solution not yet
+    written above them, or that stand after written solutions none of which they check."""
+    seen, latest, wrong = set(), set(), []
+    for c in cells:
+        src = _source(c)
+        if c["cell_type"] == "markdown":
+            written = {int(n) for n in re.findall(r":::\{admonition\} Solutions? (\d+)", src)}
+            seen |= written
+            latest = written or latest
+        elif head := re.match(r"# Solutions? (\d+(?:(?:, | and )\d+)*)", src):
+            checks = {int(n) for n in re.findall(r"\d+", head.group(1))}
+            if not checks <= seen or not checks & latest:
+                wrong.append(f"'{src.splitlines()[0]}' stands after solution(s) {sorted(latest)}")
+    return wrong
+
+
+@pytest.mark.parametrize("name", TEXTBOOK_CHAPTERS)
+def test_each_solution_cell_follows_the_solutions_it_checks(name):
+    """A reader meets the written solution first, then the cell that checks it, before the next one."""
+    assert not _solution_cells_out_of_place(_cells(name)), f"{name}: {_solution_cells_out_of_place(_cells(name))}"
+
+
+def test_the_solution_order_rule_catches_a_misnamed_and_an_early_cell():
+    def md(*n):
+        return {"cell_type": "markdown", "source": [f":::{{admonition}} Solution {k}\n:class: dropdown\n:::\n" for k in n]}
+
+    def code(head):
+        return {"cell_type": "code", "source": [head + "\nassert True"]}
+
+    assert not _solution_cells_out_of_place([md(1, 2, 3), code("# Solution 1"), code("# Solution 3"), md(4),
+                                             code("# Solution 4")])
+    assert _solution_cells_out_of_place([md(1, 2, 3), code("# Solution 3"), md(4), code("# Solution 3")])
+    assert _solution_cells_out_of_place([md(1, 2), code("# Solutions 2 and 3"), md(3, 4)])
+
+
 PROCESS_WORDS = re.compile(
     r"\bissues?\s*#?\d+|\bround\s+\d+\b|\brounds?\s+\d|kept as history|git_dirty"
     r"|(?<![\w/])(?:\.\./)+shared|/work/|/home/|/tmp/"
