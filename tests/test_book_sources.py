@@ -146,6 +146,20 @@ def test_chapter_has_aims_summary_exercises_and_executed_solutions(name):
         assert "assert" in src, f"{name}: a solution cell checks nothing (no assert): {src.splitlines()[0]}"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_solution_cells_fit_the_column(path):
+    """A solution's check, which a reader opens to compare with their own work, reads unwrapped at 1280 px."""
+    cells = json.loads(path.read_text())["cells"]
+    long = [
+        (i, j + 1, len(line))
+        for i, c in enumerate(cells)
+        if c["cell_type"] == "code" and _source(c).startswith("# Solution")
+        for j, line in enumerate(_source(c).splitlines())
+        if len(line) > EXPERIMENT_CODE_LINE
+    ]
+    assert not long, f"{path.name}: (cell, line, width) over {EXPERIMENT_CODE_LINE} characters: {long}"
+
+
 def _solution_cells_out_of_place(cells: list[dict]) -> list[str]:
     """The solution code cells (``# Solution 3`` or ``# Solutions 2 and 3``) that check a solution not yet
     written above them, or that stand after written solutions none of which they check."""
