@@ -15,6 +15,10 @@ every test that is not ``browser``, ``slow`` or ``standalone`` and not listed in
 Random state: every test starts with torch's, numpy's and ``random``'s generators seeded from its id
 (:func:`_seeded`), so a draw without a generator of its own is the same in every run, whichever
 xdist worker runs the test and whatever ran before it.
+
+Crashes: every process the tests start (the gloo ranks, the chapter kernels, subprocesses) has
+Python's fault handler on (``PYTHONFAULTHANDLER``), so one that dies of a fatal signal prints its stack
+into the test's captured output instead of leaving only its exit signal.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "stiefel_core"))
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # inherited by every process the tests start
 
 
 @pytest.fixture(autouse=True)

@@ -255,3 +255,10 @@ def test_each_test_starts_from_a_random_state_of_its_own(request):
     assert torch.equal(drawn[0], torch.rand(3))
     assert np.array_equal(drawn[1], np.random.rand(3))
     assert drawn[2] == random.random()
+
+
+def test_a_process_the_tests_start_prints_its_stack_when_it_crashes():
+    crash = "import ctypes\n\ndef deep():\n    ctypes.string_at(0)\n\ndeep()\n"
+    done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "Segmentation fault" in done.stderr and 'line 4 in deep' in done.stderr, done.stderr
