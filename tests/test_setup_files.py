@@ -261,4 +261,4 @@ def test_a_process_the_tests_start_prints_its_stack_when_it_crashes():
     crash = "import ctypes\n\ndef deep():\n    ctypes.string_at(0)\n\ndeep()\n"
     done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
-    assert "Segmentation fault" in done.stderr and 'line 4 in deep' in done.stderr, done.stderr
+    assert "line 4 in deep" in done.stderr, done.stderr  # the stack, whatever the platform calls the signal
